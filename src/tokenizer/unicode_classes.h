@@ -1,0 +1,37 @@
+// Per-code-point class flags for the hand-written pre-tokenizer. One byte per scalar value,
+// built once from utf8proc's General_Category data, so the hot loop is a table load instead
+// of a regex engine. The regexes themselves remain the oracle (tests/unit/tokenizer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ladle::tokenizer::unicode {
+
+enum : uint8_t {
+  kLetter = 1 << 0,      // \p{L}
+  kMark = 1 << 1,        // \p{M}
+  kNumber = 1 << 2,      // \p{N}
+  kPunct = 1 << 3,       // \p{P}
+  kSymbol = 1 << 4,      // \p{S}
+  kSpace = 1 << 5,       // \s as Oniguruma defines it for Unicode (White_Space)
+  kCjk = 1 << 6,         // [一-龥぀-ゟ゠-ヿ]: DeepSeek's second split
+  kAsciiPunct = 1 << 7,  // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]
+};
+
+// Flags for a code point; code points past U+10FFFF (used for invalid bytes) get 0.
+uint8_t ClassOf(uint32_t cp);
+
+// Decodes one UTF-8 code point at p (p < end). Invalid or truncated sequences decode as one
+// byte with cp = kInvalidCp, so arbitrary bytes still tokenize (and round-trip) deterministically.
+inline constexpr uint32_t kInvalidCp = 0x110000;
+struct Decoded {
+  uint32_t cp;
+  uint32_t len;
+};
+Decoded DecodeUtf8(const unsigned char* p, const unsigned char* end);
+
+// The class table itself (0x110001 entries), for callers that inline the lookup.
+const uint8_t* ClassTable();
+
+}  // namespace ladle::tokenizer::unicode
