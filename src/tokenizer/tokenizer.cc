@@ -87,7 +87,7 @@ void Tokenizer::Impl::EncodeSegmentsInto(std::span<const Segment> segments, cons
   }
   // Parallel: long segments are cut at safe boundaries; results are stitched in order.
   std::vector<WorkItem> items;
-  const size_t chunk = std::max<size_t>(4096, std::min(opts.chunk_bytes, text_bytes / threads + 1));
+  const size_t chunk = std::max<size_t>(1, std::min(opts.chunk_bytes, text_bytes / threads + 1));
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].kind != Segment::Kind::kText) continue;
     if (pre.fast_path()) {

@@ -1,77 +1,33 @@
 #include "unicode_classes.h"
 
-#include <utf8proc.h>
-
+#include <cstring>
 #include <memory>
+#include <string_view>
 
 namespace ladle::tokenizer::unicode {
 namespace {
 
-bool IsWhiteSpace(uint32_t cp) {
-  // Unicode White_Space, which is what Oniguruma's \s matches under a Unicode encoding.
-  // Note U+001C..U+001F are *not* included (unlike Python's str.isspace).
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
-}
+struct ClassRange {
+  uint32_t first;
+  uint32_t last;
+  uint8_t flags;
+};
 
-uint8_t Compute(uint32_t cp) {
-  uint8_t f = 0;
-  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-      f |= kLetter;
-      break;
-    case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC:
-    case UTF8PROC_CATEGORY_ME:
-      f |= kMark;
-      break;
-    case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
-      f |= kNumber;
-      break;
-    case UTF8PROC_CATEGORY_PC:
-    case UTF8PROC_CATEGORY_PD:
-    case UTF8PROC_CATEGORY_PS:
-    case UTF8PROC_CATEGORY_PE:
-    case UTF8PROC_CATEGORY_PI:
-    case UTF8PROC_CATEGORY_PF:
-    case UTF8PROC_CATEGORY_PO:
-      f |= kPunct;
-      break;
-    case UTF8PROC_CATEGORY_SM:
-    case UTF8PROC_CATEGORY_SC:
-    case UTF8PROC_CATEGORY_SK:
-    case UTF8PROC_CATEGORY_SO:
-      f |= kSymbol;
-      break;
-    default:
-      break;
-  }
-  if (IsWhiteSpace(cp)) f |= kSpace;
-  if ((cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x3040 && cp <= 0x309F) ||
-      (cp >= 0x30A0 && cp <= 0x30FF)) {
-    f |= kCjk;
-  }
-  if (cp < 0x80 && ((cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) ||
-                    (cp >= 0x5B && cp <= 0x60) || (cp >= 0x7B && cp <= 0x7E))) {
-    f |= kAsciiPunct;
-  }
-  return f;
-}
+// General_Category groups and White_Space from Unicode 16.0, the version Hugging Face's
+// Oniguruma uses (see tools/unicode/gen_tables.mjs for why not utf8proc's 15.0).
+constexpr ClassRange kRanges[] = {
+#include "unicode_tables.inc"
+};
 
 struct Table {
-  std::unique_ptr<uint8_t[]> data{new uint8_t[kInvalidCp + 1]};
+  std::unique_ptr<uint8_t[]> data{new uint8_t[kInvalidCp + 1]()};
   Table() {
-    for (uint32_t cp = 0; cp < kInvalidCp; ++cp) {
-      data[cp] = (cp >= 0xD800 && cp <= 0xDFFF) ? 0 : Compute(cp);
-    }
-    data[kInvalidCp] = 0;
+    uint8_t* d = data.get();
+    for (const ClassRange& r : kRanges) std::memset(d + r.first, r.flags, r.last - r.first + 1);
+    // DeepSeek's second Split: [一-龥぀-ゟ゠-ヿ].
+    for (uint32_t cp = 0x4E00; cp <= 0x9FA5; ++cp) d[cp] |= kCjk;
+    for (uint32_t cp = 0x3040; cp <= 0x30FF; ++cp) d[cp] |= kCjk;
+    for (uint32_t cp : std::string_view("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")) d[cp] |= kAsciiPunct;
   }
 };
 

@@ -1,6 +1,7 @@
 // Per-code-point class flags for the hand-written pre-tokenizer. One byte per scalar value,
-// built once from utf8proc's General_Category data, so the hot loop is a table load instead
-// of a regex engine. The regexes themselves remain the oracle (tests/unit/tokenizer).
+// built once from generated Unicode 16.0 ranges (unicode_tables.inc), so the hot loop is a
+// table load instead of a regex engine. The regexes remain the oracle (tests/unit/tokenizer),
+// and utf8proc cross-checks the tables.
 #pragma once
 
 #include <cstddef>
