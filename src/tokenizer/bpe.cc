@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <queue>
 
@@ -48,8 +49,11 @@ void BytesMap::Grow() {
 }
 
 std::optional<TokenId> BytesMap::Find(std::string_view key) const {
+  return Find(key, XXH3_64bits(key.data(), key.size()));
+}
+
+std::optional<TokenId> BytesMap::Find(std::string_view key, uint64_t h) const {
   if (slots_.empty()) return std::nullopt;
-  const uint64_t h = XXH3_64bits(key.data(), key.size());
   const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1u;
   for (size_t i = h & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
@@ -65,6 +69,7 @@ std::optional<TokenId> BytesMap::Find(std::string_view key) const {
 
 namespace {
 inline uint64_t PairKey(TokenId a, TokenId b) { return (uint64_t(a) << 32) | b; }
+std::atomic<uint32_t> g_next_instance{1};
 inline size_t PairHash(uint64_t k) { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20); }
 }  // namespace
 
@@ -80,6 +85,7 @@ inline BpeModel::PairSlot BpeModel::LookupPair(TokenId a, TokenId b) const {
 Result<BpeModel> BpeModel::Build(const std::vector<std::pair<std::string, TokenId>>& vocab,
                                  const std::vector<std::pair<TokenId, TokenId>>& merges) {
   BpeModel m;
+  m.instance_ = g_next_instance.fetch_add(1);
   m.vocab_.Reserve(vocab.size());
   TokenId max_id = 0;
   for (const auto& [bytes, id] : vocab) {
@@ -149,18 +155,61 @@ size_t BpeModel::MemoryBytes() const {
   return vocab_.MemoryBytes() + pairs_.capacity() * sizeof(PairSlot) + whole_ok_.capacity();
 }
 
+namespace {
+
+// Per-thread, direct-mapped cache of recent words → ids. Text is Zipfian: a few thousand
+// words cover most of it, and this small table stays in L2 where the 4 MB vocabulary table
+// and the merge loop do not.
+struct WordCache {
+  static constexpr size_t kEntries = 4096;
+  static constexpr size_t kMaxKey = 40;
+  static constexpr size_t kMaxIds = 8;
+  struct Entry {
+    uint64_t hash;
+    uint32_t instance;
+    uint8_t len;
+    uint8_t nids;
+    char key[kMaxKey];
+    TokenId ids[kMaxIds];
+  };
+  Entry entries[kEntries] = {};
+};
+
+
+}  // namespace
+
 void BpeModel::EncodeWord(const unsigned char* p, size_t n, std::vector<TokenId>* out) const {
   if (n == 1) {
     out->push_back(byte_ids_[*p]);
     return;
   }
-  if (auto id = vocab_.Find(std::string_view(reinterpret_cast<const char*>(p), n))) {
-    if (whole_ok_[*id]) {
-      out->push_back(*id);
+  const std::string_view key(reinterpret_cast<const char*>(p), n);
+  const uint64_t h = XXH3_64bits(p, n);
+  thread_local WordCache cache;
+  WordCache::Entry* e = nullptr;
+  if (n <= WordCache::kMaxKey) {
+    e = &cache.entries[(h ^ (h >> 29)) & (WordCache::kEntries - 1)];
+    if (e->hash == h && e->instance == instance_ && e->len == n && std::memcmp(e->key, p, n) == 0) {
+      out->insert(out->end(), e->ids, e->ids + e->nids);
       return;
     }
   }
-  MergeWord(p, n, out);
+  const size_t before = out->size();
+  auto id = vocab_.Find(key, h);
+  if (id && whole_ok_[*id]) {
+    out->push_back(*id);
+  } else {
+    MergeWord(p, n, out);
+  }
+  const size_t produced = out->size() - before;
+  if (e && produced <= WordCache::kMaxIds) {
+    e->hash = h;
+    e->instance = instance_;
+    e->len = static_cast<uint8_t>(n);
+    e->nids = static_cast<uint8_t>(produced);
+    std::memcpy(e->key, p, n);
+    std::memcpy(e->ids, out->data() + before, produced * sizeof(TokenId));
+  }
 }
 
 void BpeModel::MergeWord(const unsigned char* p, size_t n, std::vector<TokenId>* out,

@@ -21,6 +21,8 @@ class BytesMap {
   // False if the key was already present.
   bool Insert(std::string_view key, TokenId id);
   std::optional<TokenId> Find(std::string_view key) const;
+  // Same, with the key's XXH3_64bits hash already computed.
+  std::optional<TokenId> Find(std::string_view key, uint64_t hash) const;
   size_t size() const { return size_; }
   size_t MemoryBytes() const { return arena_.capacity() + slots_.capacity() * sizeof(Slot); }
 
@@ -73,6 +75,8 @@ class BpeModel {
   void MergeHeap(const unsigned char* p, size_t n, std::vector<TokenId>* out) const;
 
   BytesMap vocab_;
+  // Distinguishes models in the per-thread word cache (several tokenizers may share a thread).
+  uint32_t instance_ = 0;
   std::vector<PairSlot> pairs_;
   size_t pair_mask_ = 0;
   TokenId byte_ids_[256] = {};

@@ -24,7 +24,8 @@ constexpr uint8_t kLM = unicode::kLetter | unicode::kMark;
 constexpr uint8_t kLPS = unicode::kLetter | unicode::kPunct | unicode::kSymbol;
 constexpr uint8_t kPS = unicode::kPunct | unicode::kSymbol;
 
-// Class and length of the code point at p.
+// Class and length of the code point at p. `cp` is exact for ASCII; every other code
+// point (and every invalid byte) reads as 0x80, which no rule compares against.
 struct Cp {
   uint32_t cp;
   uint32_t len;
@@ -34,8 +35,18 @@ struct Cp {
 inline Cp At(const uint8_t* table, const uchar* p, const uchar* e) {
   if (*p < 0x80) return {*p, 1, table[*p]};
   auto d = DecodeUtf8(p, e);
-  return {d.cp, d.len, table[d.cp]};
+  return {0x80, d.len, table[d.cp]};
 }
+
+// The text decoded once: class and byte length of the code point starting at each offset
+// (entries inside a multi-byte sequence are unused). Every later scan reads these arrays
+// instead of decoding UTF-8 again.
+struct Decoded {
+  const uchar* text;
+  const uint8_t* cls;
+  const uint8_t* len;
+  Cp at(size_t i) const { return {text[i] < 0x80 ? text[i] : 0x80u, len[i], cls[i]}; }
+};
 
 inline bool IsAsciiLetter(uint32_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
 
@@ -43,18 +54,18 @@ inline bool IsAsciiLetter(uint32_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <
 // Oniguruma. Each alternative is mirrored in order; see docs/tokenizer.md for the derivation.
 class MainScanner {
  public:
-  explicit MainScanner(const uint8_t* t) : t_(t) {}
+  explicit MainScanner(const Decoded& d) : d_(d) {}
 
-  // End of the match starting at p, or nullptr when no alternative matches at p.
-  const uchar* MatchAt(const uchar* p, const uchar* e) const {
-    const Cp c0 = At(t_, p, e);
-    const uchar* p1 = p + c0.len;
+  // End of the match starting at p, or 0 when no alternative matches at p.
+  size_t MatchAt(size_t p, size_t e) const {
+    const Cp c0 = d_.at(p);
+    const size_t p1 = p + c0.len;
     Cp c1{0, 0, 0};
-    if (p1 < e) c1 = At(t_, p1, e);
+    if (p1 < e) c1 = d_.at(p1);
     // [ascii punct][A-Za-z]+
     if ((c0.cls & unicode::kAsciiPunct) && p1 < e && IsAsciiLetter(c1.cp)) {
-      const uchar* q = p1 + 1;
-      while (q < e && IsAsciiLetter(*q)) ++q;
+      size_t q = p1 + 1;
+      while (q < e && IsAsciiLetter(d_.text[q])) ++q;
       return q;
     }
     // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
@@ -66,34 +77,25 @@ class MainScanner {
     if (c0.cp == ' ' && p1 < e && (c1.cls & kPS)) return ScanNewlines(ScanWhile(p1 + c1.len, e, kPS), e);
     if (c0.cls & kPS) return ScanNewlines(ScanWhile(p1, e, kPS), e);
     if (c0.cls & unicode::kSpace) return MatchSpace(p, e);
-    return nullptr;
+    return 0;
   }
 
  private:
-  const uchar* ScanWhile(const uchar* q, const uchar* e, uint8_t mask) const {
-    while (q < e) {
-      Cp c = At(t_, q, e);
-      if (!(c.cls & mask)) break;
-      q += c.len;
-    }
+  size_t ScanWhile(size_t q, size_t e, uint8_t mask) const {
+    while (q < e && (d_.cls[q] & mask)) q += d_.len[q];
     return q;
   }
-  static const uchar* ScanNewlines(const uchar* q, const uchar* e) {
-    while (q < e && (*q == '\r' || *q == '\n')) ++q;
+  size_t ScanNewlines(size_t q, size_t e) const {
+    while (q < e && (d_.text[q] == '\r' || d_.text[q] == '\n')) ++q;
     return q;
   }
   // \s*[\r\n]+ | \s+(?!\S) | \s+ at a whitespace character.
-  const uchar* MatchSpace(const uchar* p, const uchar* e) const {
-    const uchar* q = p;
-    const uchar* after_last_newline = nullptr;
-    const uchar* last_start = p;
-    size_t count = 0;
-    while (q < e) {
-      Cp c = At(t_, q, e);
-      if (!(c.cls & unicode::kSpace)) break;
-      if (c.cp == '\r' || c.cp == '\n') after_last_newline = q + 1;
+  size_t MatchSpace(size_t p, size_t e) const {
+    size_t q = p, after_last_newline = 0, last_start = p, count = 0;
+    while (q < e && (d_.cls[q] & unicode::kSpace)) {
+      if (d_.text[q] == '\r' || d_.text[q] == '\n') after_last_newline = q + 1;
       last_start = q;
-      q += c.len;
+      q += d_.len[q];
       ++count;
     }
     if (after_last_newline) return after_last_newline;  // \s*[\r\n]+ backtracks to the last newline
@@ -102,25 +104,24 @@ class MainScanner {
     return q;                                           // \s+
   }
 
-  const uint8_t* t_;
+  const Decoded& d_;
 };
 
 template <typename EmitFn>
-void RunMain(const uint8_t* table, const uchar* base, const uchar* b, const uchar* e, EmitFn&& emit) {
-  MainScanner scanner(table);
-  const uchar* gap = b;
-  const uchar* p = b;
+void RunMain(const Decoded& d, size_t b, size_t e, EmitFn&& emit) {
+  MainScanner scanner(d);
+  size_t gap = b, p = b;
   while (p < e) {
-    const uchar* m = scanner.MatchAt(p, e);
+    const size_t m = scanner.MatchAt(p, e);
     if (!m) {
-      p += At(table, p, e).len;
+      p += d.len[p];
       continue;
     }
-    if (gap < p) emit(gap - base, p - base);
-    emit(p - base, m - base);
+    if (gap < p) emit(gap, p);
+    emit(p, m);
     p = gap = m;
   }
-  if (gap < e) emit(gap - base, e - base);
+  if (gap < e) emit(gap, e);
 }
 
 }  // namespace
@@ -169,39 +170,53 @@ void PreTokenizer::Split(std::string_view text, std::vector<Piece>* out, uint32_
     for (auto& p : tmp) out->push_back({p.begin + base, p.end + base});
     return;
   }
+  // Decode once into per-offset class and length arrays (reused per thread).
   const uint8_t* table = ClassTable();
-  const uchar* origin = b - base;
-  auto emit = [out](size_t s, size_t t) {
-    out->push_back({static_cast<uint32_t>(s), static_cast<uint32_t>(t)});
+  const size_t n = text.size();
+  thread_local std::vector<uint8_t> cls_buf, len_buf;
+  if (cls_buf.size() < n) {
+    cls_buf.resize(n);
+    len_buf.resize(n);
+  }
+  uint8_t* cls = cls_buf.data();
+  uint8_t* len = len_buf.data();
+  for (size_t i = 0; i < n;) {
+    if (b[i] < 0x80) {
+      cls[i] = table[b[i]];
+      len[i] = 1;
+      ++i;
+    } else {
+      auto d = DecodeUtf8(b + i, e);
+      cls[i] = table[d.cp];
+      len[i] = static_cast<uint8_t>(d.len);
+      i += d.len;
+    }
+  }
+  const Decoded dec{b, cls, len};
+  auto emit = [out, base](size_t s, size_t t) {
+    out->push_back({static_cast<uint32_t>(s + base), static_cast<uint32_t>(t + base)});
   };
   // Stages one and two fused: maximal runs of \p{N} (cut in threes), of the CJK ranges, and of
   // everything else. Stage three then runs on each run; a run of numbers is never split by it.
-  const uchar* p = b;
-  while (p < e) {
-    Cp c = At(table, p, e);
-    const uchar* q = p + c.len;
-    if (c.cls & unicode::kNumber) {
-      int n = 1;
-      while (q < e) {
-        Cp d = At(table, q, e);
-        if (!(d.cls & unicode::kNumber)) break;
-        if (n == 3) {
-          emit(p - origin, q - origin);
+  size_t p = 0;
+  while (p < n) {
+    size_t q = p + len[p];
+    if (cls[p] & unicode::kNumber) {
+      int k = 1;
+      while (q < n && (cls[q] & unicode::kNumber)) {
+        if (k == 3) {
+          emit(p, q);
           p = q;
-          n = 0;
+          k = 0;
         }
-        q += d.len;
-        ++n;
+        q += len[q];
+        ++k;
       }
-      emit(p - origin, q - origin);
+      emit(p, q);
     } else {
-      const uint8_t kind = c.cls & unicode::kCjk;
-      while (q < e) {
-        Cp d = At(table, q, e);
-        if ((d.cls & unicode::kNumber) || (d.cls & unicode::kCjk) != kind) break;
-        q += d.len;
-      }
-      RunMain(table, origin, p, q, emit);
+      const uint8_t kind = cls[p] & unicode::kCjk;
+      while (q < n && !(cls[q] & unicode::kNumber) && (cls[q] & unicode::kCjk) == kind) q += len[q];
+      RunMain(dec, p, q, emit);
     }
     p = q;
   }

@@ -30,7 +30,26 @@ struct Decoded {
   uint32_t cp;
   uint32_t len;
 };
-Decoded DecodeUtf8(const unsigned char* p, const unsigned char* end);
+inline Decoded DecodeUtf8(const unsigned char* p, const unsigned char* end) {
+  const unsigned char c = p[0];
+  if (c < 0x80) return {c, 1};
+  auto cont = [&](ptrdiff_t i) { return p + i < end && (p[i] & 0xC0) == 0x80; };
+  if (c >= 0xC2 && c <= 0xDF) {
+    if (cont(1)) return {(uint32_t(c & 0x1F) << 6) | (p[1] & 0x3F), 2};
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    if (cont(1) && cont(2)) {
+      uint32_t cp = (uint32_t(c & 0x0F) << 12) | (uint32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+      if (cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF)) return {cp, 3};
+    }
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    if (cont(1) && cont(2) && cont(3)) {
+      uint32_t cp = (uint32_t(c & 0x07) << 18) | (uint32_t(p[1] & 0x3F) << 12) |
+                    (uint32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+      if (cp >= 0x10000 && cp <= 0x10FFFF) return {cp, 4};
+    }
+  }
+  return {kInvalidCp, 1};
+}
 
 // The class table itself (0x110001 entries), for callers that inline the lookup.
 const uint8_t* ClassTable();
