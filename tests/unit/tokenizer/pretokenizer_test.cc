@@ -6,6 +6,8 @@
 #include <pcre2.h>
 #include <utf8proc.h>
 
+#include <memory>
+
 #include "tokenizer_fixture.h"
 #include "unicode_classes.h"
 
@@ -64,25 +66,30 @@ TEST(PreTokenizer, ScannerMatchesRegexOnRandomText) {
 // between its tables and Ladle's Unicode 16 ones (HF's version): there the regex is not the
 // oracle, the HF corpus (unicode_sweep.txt) is.
 uint8_t Pcre2Class(uint32_t cp) {
-  static const std::vector<std::pair<uint8_t, pcre2_code*>> kProps = [] {
-    std::vector<std::pair<uint8_t, pcre2_code*>> v;
+  struct Prop {
+    uint8_t bit;
+    std::unique_ptr<pcre2_code, void (*)(pcre2_code*)> code;
+  };
+  static const std::vector<Prop> kProps = [] {
+    std::vector<Prop> v;
     const std::pair<uint8_t, const char*> props[] = {
         {unicode::kLetter, "^\\p{L}$"}, {unicode::kMark, "^\\p{M}$"}, {unicode::kNumber, "^\\p{N}$"},
         {unicode::kPunct, "^\\p{P}$"},  {unicode::kSymbol, "^\\p{S}$"}, {unicode::kSpace, "^\\s$"}};
     for (auto [bit, pat] : props) {
       int err;
       PCRE2_SIZE off;
-      v.emplace_back(bit, pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat), PCRE2_ZERO_TERMINATED,
-                                        PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr));
+      v.push_back(Prop{bit, {pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat), PCRE2_ZERO_TERMINATED,
+                                           PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr),
+                             pcre2_code_free}});
     }
     return v;
   }();
   std::string s;
   ::ladle::testing::AppendUtf8(&s, cp);
   uint8_t flags = 0;
-  for (auto [bit, code] : kProps) {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
-    if (pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md, nullptr) >= 0) flags |= bit;
+  for (const auto& [bit, code] : kProps) {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code.get(), nullptr);
+    if (pcre2_match(code.get(), reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md, nullptr) >= 0) flags |= bit;
     pcre2_match_data_free(md);
   }
   return flags;
