@@ -13,8 +13,10 @@
 namespace ladle::tokenizer {
 
 struct Tokenizer::Impl {
-  BpeModel bpe;
+  std::shared_ptr<const BpeModel> bpe_ptr;  // shared between versions' views
+  const BpeModel& bpe;
   PreTokenizer pre;
+  explicit Impl(std::shared_ptr<const BpeModel> b) : bpe_ptr(std::move(b)), bpe(*bpe_ptr) {}
   std::vector<AddedToken> added_tokens;
   std::unique_ptr<AddedVocab> added;
 
@@ -41,5 +43,9 @@ const std::vector<uint32_t>& ByteToCodePoint();
 int CodePointToByte(uint32_t cp);
 
 Result<std::shared_ptr<Tokenizer::Impl>> LoadTokenizerJson(std::string_view json);
+
+// Builds the added-token matcher and the decode tables from impl->added_tokens and the
+// vocabulary strings (raw bytes by id, empty where absent).
+void BuildAddedAndDecodeTables(Tokenizer::Impl* impl, const std::vector<std::string_view>& vocab_bytes);
 
 }  // namespace ladle::tokenizer

@@ -126,6 +126,32 @@ Status ReadPreTokenizer(element pt, std::vector<std::string>* patterns) {
 
 }  // namespace
 
+void BuildAddedAndDecodeTables(Tokenizer::Impl* impl, const std::vector<std::string_view>& vocab_bytes) {
+  impl->added = std::make_unique<AddedVocab>(impl->added_tokens);
+  // Added tokens decode to their content, overriding a vocabulary string with the same id.
+  std::vector<std::string_view> bytes_of(impl->vocab_size);
+  impl->valid.assign(impl->vocab_size, 0);
+  impl->is_added.assign(impl->vocab_size, 0);
+  for (size_t id = 0; id < vocab_bytes.size() && id < impl->vocab_size; ++id) {
+    bytes_of[id] = vocab_bytes[id];
+    impl->valid[id] = !vocab_bytes[id].empty();
+  }
+  for (const auto& t : impl->added_tokens) {
+    bytes_of[t.id] = t.content;
+    impl->valid[t.id] = 1;
+    impl->is_added[t.id] = 1;
+  }
+  std::string arena;
+  std::vector<uint32_t> off(impl->vocab_size + 1);
+  for (size_t i = 0; i < impl->vocab_size; ++i) {
+    off[i] = static_cast<uint32_t>(arena.size());
+    arena.append(bytes_of[i]);
+  }
+  off[impl->vocab_size] = static_cast<uint32_t>(arena.size());
+  impl->dec_arena = std::move(arena);
+  impl->dec_off = std::move(off);
+}
+
 Result<std::shared_ptr<Tokenizer::Impl>> LoadTokenizerJson(std::string_view json) {
   const auto t0 = std::chrono::steady_clock::now();
   simdjson::dom::parser parser;
@@ -133,8 +159,6 @@ Result<std::shared_ptr<Tokenizer::Impl>> LoadTokenizerJson(std::string_view json
   if (auto err = parser.parse(json.data(), json.size()).get(root)) {
     return ParseError(fmt::format("tokenizer.json is not valid JSON: {}", simdjson::error_message(err)));
   }
-  auto impl = std::make_shared<Tokenizer::Impl>();
-
   // normalizer / pre_tokenizer / decoder
   element n;
   if (root["normalizer"].get(n) == simdjson::SUCCESS) LADLE_RETURN_IF_ERROR(CheckNormalizer(n));
@@ -144,7 +168,7 @@ Result<std::shared_ptr<Tokenizer::Impl>> LoadTokenizerJson(std::string_view json
   }
   std::vector<std::string> patterns;
   LADLE_RETURN_IF_ERROR(ReadPreTokenizer(pt, &patterns));
-  LADLE_ASSIGN_OR_RETURN(impl->pre, PreTokenizer::Create(patterns));
+  LADLE_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::Create(patterns));
   element dec;
   if (root["decoder"].get(dec) == simdjson::SUCCESS && !dec.is_null() && TypeOf(dec) != "ByteLevel") {
     return Unsupported(fmt::format("decoder '{}' (only ByteLevel)", TypeOf(dec)));
@@ -220,7 +244,9 @@ Result<std::shared_ptr<Tokenizer::Impl>> LoadTokenizerJson(std::string_view json
     }
     merges.emplace_back(ia->second, ib->second);
   }
-  LADLE_ASSIGN_OR_RETURN(impl->bpe, BpeModel::Build(vocab, merges));
+  LADLE_ASSIGN_OR_RETURN(BpeModel bpe, BpeModel::Build(vocab, merges));
+  auto impl = std::make_shared<Tokenizer::Impl>(std::make_shared<const BpeModel>(std::move(bpe)));
+  impl->pre = std::move(pre);
 
   // added_tokens
   simdjson::dom::array added_arr;
@@ -244,30 +270,12 @@ Result<std::shared_ptr<Tokenizer::Impl>> LoadTokenizerJson(std::string_view json
       impl->added_tokens.push_back(std::move(t));
     }
   }
-  impl->added = std::make_unique<AddedVocab>(impl->added_tokens);
-
-  // Decode table: added tokens override vocabulary strings for the same id.
   impl->vocab_size = max_id + 1;
   std::vector<std::string_view> bytes_of(impl->vocab_size);
-  impl->valid.assign(impl->vocab_size, 0);
-  impl->is_added.assign(impl->vocab_size, 0);
   for (const auto* list : {&vocab, &outside_alphabet}) {
-    for (const auto& [bytes, id] : *list) {
-      bytes_of[id] = bytes;
-      impl->valid[id] = 1;
-    }
+    for (const auto& [bytes, id] : *list) bytes_of[id] = bytes;
   }
-  for (const auto& t : impl->added_tokens) {
-    bytes_of[t.id] = t.content;
-    impl->valid[t.id] = 1;
-    impl->is_added[t.id] = 1;
-  }
-  impl->dec_off.resize(impl->vocab_size + 1);
-  for (size_t i = 0; i < impl->vocab_size; ++i) {
-    impl->dec_off[i] = static_cast<uint32_t>(impl->dec_arena.size());
-    impl->dec_arena.append(bytes_of[i]);
-  }
-  impl->dec_off[impl->vocab_size] = static_cast<uint32_t>(impl->dec_arena.size());
+  BuildAddedAndDecodeTables(impl.get(), bytes_of);
 
   [[maybe_unused]] const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

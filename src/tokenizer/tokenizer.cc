@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -23,6 +24,32 @@ Result<Tokenizer> Tokenizer::FromFile(const std::string& path) {
 
 Result<Tokenizer> Tokenizer::FromJson(std::string_view json) {
   LADLE_ASSIGN_OR_RETURN(auto impl, LoadTokenizerJson(json));
+  return Tokenizer(std::move(impl));
+}
+
+Result<Tokenizer> Tokenizer::WithAddedTokens(std::span<const AddedToken> overrides) const {
+  auto impl = std::make_shared<Impl>(impl_->bpe_ptr);
+  impl->pre = impl_->pre;
+  impl->added_tokens = impl_->added_tokens;
+  size_t size = impl_->vocab_size;
+  for (const AddedToken& o : overrides) {
+    if (o.content.empty()) return InvalidArgument(fmt::format("added token {} has empty content", o.id));
+    auto it = std::find_if(impl->added_tokens.begin(), impl->added_tokens.end(),
+                           [&](const AddedToken& t) { return t.id == o.id; });
+    if (it != impl->added_tokens.end()) {
+      *it = o;
+    } else {
+      impl->added_tokens.push_back(o);
+    }
+    size = std::max<size_t>(size, size_t(o.id) + 1);
+  }
+  impl->vocab_size = size;
+  // Every id keeps its bytes unless overridden; overridden ids take the new content below.
+  std::vector<std::string_view> bytes(size);
+  for (size_t id = 0; id < impl_->vocab_size; ++id) {
+    if (impl_->valid[id]) bytes[id] = impl_->Bytes(static_cast<TokenId>(id));
+  }
+  BuildAddedAndDecodeTables(impl.get(), bytes);
   return Tokenizer(std::move(impl));
 }
 

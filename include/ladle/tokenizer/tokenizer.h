@@ -89,6 +89,11 @@ class Tokenizer {
   Result<EncodedSegments> EncodeSegments(std::span<const Segment> segments,
                                          const EncodeOptions& opts = {}) const;
 
+  // A tokenizer sharing this one's vocabulary and merges, with added tokens replaced or
+  // added by id. Later DeepSeek versions re-purpose placeholder ids of the V3 file (e.g.
+  // 128798 becomes "<think>" from V3.1 on); this builds each version's view from one file.
+  Result<Tokenizer> WithAddedTokens(std::span<const AddedToken> overrides) const;
+
   // Serial reference path; EncodePlain's output equals this for every input.
   std::vector<TokenId> EncodePlainSerial(std::string_view text) const;
 

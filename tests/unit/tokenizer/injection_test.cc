@@ -62,3 +62,25 @@ TEST_F(InjectionTest, SpecialSegmentMustBeAnAddedToken) {
 
 }  // namespace
 }  // namespace ladle::testing
+
+namespace ladle::testing {
+namespace {
+
+TEST_F(InjectionTest, VersionViewRepurposesPlaceholderIds) {
+  // V3.1+ turn the V3 placeholders 128798/128799 into <think>/</think>.
+  std::vector<tokenizer::AddedToken> overrides = {{128798, "<think>", false, true},
+                                                  {128799, "</think>", false, true}};
+  auto v31 = tok().WithAddedTokens(overrides);
+  ASSERT_TRUE(v31.ok()) << v31.status().ToString();
+  EXPECT_EQ(v31->EncodeTrusted("a<think>b</think>"),
+            (std::vector<TokenId>{tok().EncodePlain("a")[0], 128798, tok().EncodePlain("b")[0], 128799}));
+  EXPECT_EQ(v31->Decode(std::vector<TokenId>{128798, 128799}).value(), "<think></think>");
+  for (TokenId id : v31->EncodePlain("<think></think>")) EXPECT_FALSE(v31->IsAddedToken(id));
+  EXPECT_EQ(v31->EncodePlain("hello world"), tok().EncodePlain("hello world"));
+  // The base tokenizer is unchanged.
+  EXPECT_NE(tok().Decode(std::vector<TokenId>{128798}).value(), "<think>");
+  EXPECT_EQ(tok().EncodeTrusted("<think>").size() > 1, true);
+}
+
+}  // namespace
+}  // namespace ladle::testing

@@ -1,0 +1,46 @@
+// What the streaming output parser emits and the response writers consume: protocol-neutral
+// events in generation order (the recipe's "Streaming output parsing").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ladle::frontend {
+
+enum class FinishReason : uint8_t {
+  kStop,       // end-of-sentence token or a stop string/id
+  kLength,     // max_tokens reached
+  kToolCalls,  // at least one tool call was parsed completely
+  kCancelled,  // the client went away or the request was cancelled
+  kError,      // the engine failed
+};
+
+struct Event {
+  enum class Kind : uint8_t {
+    kReasoning,      // text: a piece of reasoning
+    kContent,        // text: a piece of the answer
+    kToolCallStart,  // tool_index, tool_id, tool_name: emitted as soon as the name is known
+    kToolCallArgs,   // tool_index, text: a fragment of the arguments' JSON text
+    kToolCallEnd,    // tool_index
+    kFinish,         // finish
+  };
+  Kind kind = Kind::kContent;
+  std::string text;
+  int tool_index = -1;
+  std::string tool_id;
+  std::string tool_name;
+  FinishReason finish = FinishReason::kStop;
+  // kFinish only: output that looked like a tool call but could not be parsed was
+  // returned as content instead (the reason is kept for logs and clients).
+  bool malformed = false;
+};
+
+// Token accounting for usage blocks.
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
+  int64_t reasoning_tokens = 0;  // completion tokens inside reasoning
+};
+
+}  // namespace ladle::frontend
