@@ -23,6 +23,7 @@
 #include "ladle/core/status.h"
 #include "ladle/core/thread_pool.h"
 #include "ladle/tokenizer/tokenizer.h"
+#include "module_registry.h"
 
 namespace py = pybind11;
 
@@ -304,6 +305,15 @@ std::string PushRaw(IncrementalDecoder& dec, const py::handle& id_obj) {
 }  // namespace
 }  // namespace ladle::python
 
+namespace ladle::python {
+void RaiseStatus(const Status& status) { ThrowStatus(status); }
+
+std::vector<ExtensionFn>& ModuleExtensions() {
+  static std::vector<ExtensionFn> fns;
+  return fns;
+}
+}  // namespace ladle::python
+
 PYBIND11_MODULE(ladle, m) {
   using namespace ladle::python;
   using ladle::tokenizer::AddedToken;
@@ -445,4 +455,5 @@ PYBIND11_MODULE(ladle, m) {
           "flush_bytes", [](IncrementalDecoder& dec) { return py::bytes(dec.Flush()); },
           "Like flush(), returning the raw bytes.")
       .def_property_readonly("pending_bytes", &IncrementalDecoder::pending_bytes);
+  for (auto fn : ladle::python::ModuleExtensions()) fn(m);
 }

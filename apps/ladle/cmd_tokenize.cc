@@ -37,6 +37,8 @@ Result<tokenizer::Tokenizer> Load(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
 void RegisterTokenize(CLI::App& app, RunFn* run) {
   struct Opts {
     std::string path = DefaultTokenizerPath();
@@ -118,5 +120,10 @@ void RegisterDetokenize(CLI::App& app, RunFn* run) {
     };
   });
 }
+
+}  // namespace
+
+LADLE_REGISTER_COMMAND(RegisterTokenize);
+LADLE_REGISTER_COMMAND(RegisterDetokenize);
 
 }  // namespace ladle::app

@@ -4,6 +4,13 @@
 #include "commands.h"
 #include "ladle/core/logging.h"
 
+namespace ladle::app {
+std::vector<RegisterFn>& CommandRegistry() {
+  static std::vector<RegisterFn> registry;
+  return registry;
+}
+}  // namespace ladle::app
+
 int main(int argc, char** argv) {
   CLI::App app{"Ladle: DeepSeek inference serving"};
   app.require_subcommand(1);
@@ -12,8 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug, info, warn or error");
 
   ladle::app::RunFn run;
-  ladle::app::RegisterTokenize(app, &run);
-  ladle::app::RegisterDetokenize(app, &run);
+  for (auto fn : ladle::app::CommandRegistry()) fn(app, &run);
 
   CLI11_PARSE(app, argc, argv);
   ladle::log::Init(ladle::log::ParseFormat(log_format), ladle::log::ParseLevel(log_level));
