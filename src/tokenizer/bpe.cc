@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <queue>
 
 #include "ladle/core/thread_pool.h"
 
@@ -214,7 +213,7 @@ void BpeModel::EncodeWord(const unsigned char* p, size_t n, std::vector<TokenId>
 
 void BpeModel::MergeWord(const unsigned char* p, size_t n, std::vector<TokenId>* out,
                          bool force_heap) const {
-  if (n <= 48 && !force_heap) {
+  if (n <= 16 && !force_heap) {
     MergeSmall(p, n, out);
   } else {
     MergeHeap(p, n, out);
@@ -260,7 +259,8 @@ void BpeModel::MergeSmall(const unsigned char* p, size_t n, std::vector<TokenId>
 }
 
 // Linked symbols plus a min-heap of candidate merges ordered by (rank, position); stale
-// entries are skipped when popped. This is the same order as the quadratic loop.
+// entries are skipped when popped. This is the same order as the quadratic loop. Buffers are
+// per thread so long words (CJK runs, long identifiers) allocate nothing.
 void BpeModel::MergeHeap(const unsigned char* p, size_t n, std::vector<TokenId>* out) const {
   struct Sym {
     TokenId id;
@@ -272,23 +272,32 @@ void BpeModel::MergeHeap(const unsigned char* p, size_t n, std::vector<TokenId>*
     uint32_t rank;
     uint32_t pos;
     TokenId merged;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  std::vector<Sym> sym(n);
+  // Min-heap order: smaller rank first, then the leftmost position.
+  auto later = [](const Cand& a, const Cand& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+  thread_local std::vector<Sym> sym;
+  thread_local std::vector<Cand> heap;
+  sym.resize(n);
+  heap.clear();
   for (size_t i = 0; i < n; ++i) {
-    sym[i] = Sym{byte_ids_[p[i]], static_cast<int32_t>(i) - 1,
-                 i + 1 < n ? static_cast<int32_t>(i + 1) : -1, true};
+    sym[i] = Sym{byte_ids_[p[i]], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1, true};
   }
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   auto push = [&](int32_t i) {
     if (i < 0 || sym[i].next < 0) return;
     PairSlot s = LookupPair(sym[i].id, sym[sym[i].next].id);
-    if (s.rank != kNoRank) heap.push(Cand{s.rank, static_cast<uint32_t>(i), s.merged});
+    if (s.rank == kNoRank) return;
+    heap.push_back(Cand{s.rank, static_cast<uint32_t>(i), s.merged});
+    std::push_heap(heap.begin(), heap.end(), later);
   };
-  for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
+  for (size_t i = 0; i + 1 < n; ++i) {
+    PairSlot s = LookupPair(sym[i].id, sym[i + 1].id);
+    if (s.rank != kNoRank) heap.push_back(Cand{s.rank, static_cast<uint32_t>(i), s.merged});
+  }
+  std::make_heap(heap.begin(), heap.end(), later);
   while (!heap.empty()) {
-    Cand c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Cand c = heap.back();
+    heap.pop_back();
     Sym& left = sym[c.pos];
     if (!left.alive || left.next < 0) continue;
     Sym& right = sym[left.next];
