@@ -1,0 +1,100 @@
+// The engine's one narrow interface (issue: `ladle serve`). The server — or later an
+// entrypoint driving prefill/decode workers in other processes — submits token ids with
+// sampling settings and an optional per-step mask provider, receives token events and a
+// finish, and may cancel. No HTTP or JSON crosses this line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ladle/core/result.h"
+
+namespace ladle::engine {
+
+using TokenId = uint32_t;
+using RequestId = uint64_t;
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;
+  int top_k = 0;  // 0 = off
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;  // per-request RNG seed; unset = engine-chosen
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int max_tokens = 256;
+  std::vector<std::string> stop;        // stop strings: held back across tokens, never emitted partially
+  std::vector<TokenId> stop_token_ids;  // in addition to the model's EOS
+  bool ignore_eos = false;
+  int n = 1;              // independent samples sharing the prompt's KV
+  int top_logprobs = -1;  // -1: no logprobs; 0: the chosen token's; k: plus the top k
+};
+
+// Filled per step by the structured-output issue: the set of allowed next tokens.
+class MaskProvider {
+ public:
+  virtual ~MaskProvider() = default;
+  // Writes a bitset of `vocab_size` bits (1 = allowed) for the next token of sample `index`.
+  virtual void FillMask(int index, uint64_t* bits, size_t vocab_size) = 0;
+  // The token sampled for `index` (so the automaton advances).
+  virtual void Accept(int index, TokenId token) = 0;
+};
+
+enum class FinishKind : uint8_t { kEos, kStopString, kStopToken, kLength, kCancelled, kError };
+
+struct TokenEvent {
+  int index = 0;  // which of the n samples
+  TokenId token = 0;
+  std::string text;  // newly settled text (stop strings held back; UTF-8 complete)
+  float logprob = 0.0f;
+  std::vector<std::pair<TokenId, float>> top_logprobs;
+};
+
+struct Output {
+  RequestId id = 0;
+  std::vector<TokenEvent> tokens;
+  // Set on the last Output of a sample.
+  bool finished = false;
+  int finished_index = 0;
+  FinishKind finish = FinishKind::kEos;
+  std::string stop_matched;  // the stop string or empty
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  std::string error;          // kError only
+};
+
+struct Stats {
+  size_t queue_depth = 0;
+  size_t running = 0;
+  size_t kv_blocks_used = 0, kv_blocks_total = 0;
+  uint64_t prefix_hit_tokens = 0;
+  uint64_t generated_tokens = 0;
+  double device_idle_fraction = 0.0;
+};
+
+struct SubmitRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  std::shared_ptr<MaskProvider> mask;  // may be null
+};
+
+// Outputs are delivered on the engine's thread; the sink must not block (hand off to a queue).
+using OutputSink = std::function<void(const Output&)>;
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Fails fast with kInvalidArgument (bad ids, prompt too long) or kResourceExhausted (queue full).
+  virtual Result<RequestId> Submit(SubmitRequest request, OutputSink sink) = 0;
+  // Frees the request's KV blocks at once; its sink receives a kCancelled finish.
+  virtual void Cancel(RequestId id) = 0;
+  virtual Stats GetStats() const = 0;
+  // Stops taking requests; in-flight ones finish (or are cancelled at the deadline).
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace ladle::engine
