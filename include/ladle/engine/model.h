@@ -1,0 +1,77 @@
+// The reference model of the recipe's shape (V4.1-Flash "causal encoder-decoder", small and
+// on the CPU) and the physical KV storage it reads and writes. The engine's block manager
+// decides WHICH blocks and ring slots a sequence uses; the model only follows its tables.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ladle/core/result.h"
+#include "ladle/engine/engine.h"
+
+namespace ladle::engine {
+
+struct ModelConfig {
+  int vocab_size = 129280;  // logit columns (DeepSeek)
+  int hidden = 256;
+  int encoder_layers = 2;  // SWA + MoE
+  int decoder_layers = 2;  // SWA + attention over the global KV + MoE
+  int heads = 4;
+  int head_dim = 64;
+  int experts = 8;          // routed experts
+  int experts_top_k = 2;
+  int expert_hidden = 256;  // FFN width of one expert (the shared expert too)
+  int window = 128;         // sliding-window attention
+  int block_size = 128;     // global-KV block (tokens)
+  int swa_ring = 134;       // window + 6 slots for speculative rollback
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-6f;
+  uint64_t seed = 20251130;  // built-in deterministic initialisation
+
+  // Reads a config.json (keys as the field names above); missing keys keep defaults.
+  static Result<ModelConfig> FromFile(const std::string& path);
+};
+
+// Where the KV lives. `num_blocks` global-KV blocks of `block_size` tokens; `num_slots`
+// per-sequence SWA rings (one per running sequence, every SWA layer).
+class KvStorage {
+ public:
+  virtual ~KvStorage() = default;
+  virtual int num_blocks() const = 0;
+  virtual int num_slots() const = 0;
+  // Copies ring `from` to ring `to` (n > 1 samples fork the prompt's window).
+  virtual void CopySlot(int from, int to) = 0;
+  virtual size_t bytes() const = 0;
+};
+
+// One sequence's work in a forward pass.
+struct SeqStep {
+  std::span<const TokenId> tokens;         // new tokens, at positions start_pos...
+  int64_t start_pos = 0;                   // tokens before this are in the KV already
+  std::span<const int32_t> block_table;    // global-KV blocks covering [0, start_pos + tokens.size())
+  int32_t swa_slot = -1;                   // this sequence's SWA ring
+  bool prefill = false;                    // prefill: encoder over `tokens`; decoder only over the
+                                           // prompt's last 128 (Decoder SWA Bounded Replay)
+  bool exact = false;                      // prefill with the decoder over everything (tests)
+  bool want_logits = true;                 // logits of the last token
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // `weights_dir` empty: the built-in seeded initialisation (no file needed). Otherwise a
+  // folder with config.json and *.safetensors (mmap).
+  static Result<std::unique_ptr<Model>> Create(const ModelConfig& config, const std::string& weights_dir);
+
+  virtual const ModelConfig& config() const = 0;
+  virtual std::unique_ptr<KvStorage> NewKvStorage(int num_blocks, int num_slots) const = 0;
+
+  // Runs the batch and writes one row of vocab_size logits per step with want_logits, in
+  // order. Batch-invariant: a sequence's logits are bit-identical alone or in any batch.
+  virtual Status Forward(std::span<const SeqStep> batch, KvStorage& kv, std::vector<float>* logits) = 0;
+};
+
+}  // namespace ladle::engine
