@@ -45,6 +45,12 @@ class KvStorage {
   // Copies ring `from` to ring `to` (n > 1 samples fork the prompt's window).
   virtual void CopySlot(int from, int to) = 0;
   virtual size_t bytes() const = 0;
+  // Marks ring `slot` empty before it serves another sequence. A step at start_pos 0 resets
+  // its ring by itself; a sequence that starts later (a prefix hit) needs this, or the model
+  // would read the previous owner's window. No-op where a storage keeps no ring state.
+  virtual void ResetSlot(int slot) {}
+  // Copies global-KV block `from` to `to` (copy-on-write of a shared, partly filled block).
+  virtual void CopyBlock(int from, int to) {}
 };
 
 // One sequence's work in a forward pass.
@@ -57,6 +63,11 @@ struct SeqStep {
                                            // prompt's last 128 (Decoder SWA Bounded Replay)
   bool exact = false;                      // prefill with the decoder over everything (tests)
   bool want_logits = true;                 // logits of the last token
+  // Global KV of positions below this is already in the blocks and is read, not rewritten:
+  // Encoder SWA Bounded Replay recomputes those tokens only to rebuild the SWA ring.
+  int64_t kv_written = 0;
+  int logits_count = 1;                    // with want_logits: rows for the last this-many
+                                           // tokens, oldest first (verifying a draft span)
 };
 
 class Model {
@@ -67,10 +78,12 @@ class Model {
   static Result<std::unique_ptr<Model>> Create(const ModelConfig& config, const std::string& weights_dir);
 
   virtual const ModelConfig& config() const = 0;
+  // nullptr when the memory cannot be allocated.
   virtual std::unique_ptr<KvStorage> NewKvStorage(int num_blocks, int num_slots) const = 0;
 
-  // Runs the batch and writes one row of vocab_size logits per step with want_logits, in
-  // order. Batch-invariant: a sequence's logits are bit-identical alone or in any batch.
+  // Runs the batch and writes logits_count rows of vocab_size logits per step with
+  // want_logits, in order. Batch-invariant: a sequence's logits are bit-identical alone or
+  // in any batch.
   virtual Status Forward(std::span<const SeqStep> batch, KvStorage& kv, std::vector<float>* logits) = 0;
 };
 

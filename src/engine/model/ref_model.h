@@ -1,0 +1,52 @@
+// The reference model: Model implemented on the CPU with OpenBLAS. Internal header (tests
+// and tools reach the weights through it); the engine only sees ladle/engine/model.h.
+//
+// One forward step of a sequence (positions [s, P) of its tokens):
+//   encoder:  embed → per layer { x += SWA(norm x); x += MoE(norm x) }, ring per layer
+//   global KV: K = RoPE(norm(x)·Wk), V = norm(x)·Wv, once per token, into the block table
+//   decoder:  per layer { y += SWA(norm y); y += Attn(norm y → global KV [0, p]);
+//             y += MoE(norm y) }; prefill starts the decoder at max(s', P − window) from
+//             the encoder-output ring (Decoder SWA Bounded Replay), exact/decode at s
+//   logits:   lm_head · norm(y) for the last logits_count tokens
+#pragma once
+
+#include <memory>
+
+#include "kv_storage.h"
+#include "ladle/engine/model.h"
+#include "weights.h"
+
+namespace ladle::engine::model {
+
+class RefModel final : public Model {
+ public:
+  RefModel(const ModelConfig& c, std::unique_ptr<ModelWeights> w);
+
+  const ModelConfig& config() const override { return config_; }
+  std::unique_ptr<KvStorage> NewKvStorage(int num_blocks, int num_slots) const override;
+  Status Forward(std::span<const SeqStep> batch, KvStorage& kv, std::vector<float>* logits) override;
+
+  const ModelWeights& weights() const { return *weights_; }
+
+ private:
+  struct Scratch;
+  Status CheckStep(const SeqStep& s, const ModelKvStorage& kv) const;
+  // All layers of one sequence; writes the final-normed hidden rows (stride row_stride_)
+  // of its logits tokens to `out`.
+  void RunSequence(const SeqStep& s, ModelKvStorage& kv, float* out) const;
+  void SwaAttention(const AttnWeights& w, int ring_layer, float* x, int n, int64_t pos0, int64_t lo,
+                    ModelKvStorage& kv, int slot, Scratch& s) const;
+  void GlobalAttention(const GlobalAttnWeights& w, float* x, int n, int64_t pos0, const SeqStep& step,
+                       ModelKvStorage& kv, Scratch& s) const;
+  void Moe(const MoeWeights& w, float* x, int n, Scratch& s) const;
+  void Ffn(const FfnWeights& w, const float* in, int n, float* out, Scratch& s) const;
+  // `hidden`: `rows` final-normed rows, stride row_stride_.
+  void LmHead(const float* hidden, size_t rows, float* logits) const;
+
+  ModelConfig config_;
+  std::unique_ptr<ModelWeights> weights_;
+  int kv_dim_;       // heads · head_dim
+  int row_stride_;   // hidden rounded up to 16 floats: every row starts 64-byte aligned
+};
+
+}  // namespace ladle::engine::model
