@@ -1,0 +1,210 @@
+// `ladle serve`: the reference engine behind the OpenAI/Anthropic-compatible HTTP server.
+// Flags can also come from `--config FILE`, a JSON object with the flag names as keys
+// (without dashes, e.g. {"port": 8080, "served-model-name": "ladle"}); a flag given on the
+// command line wins over the file.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "ladle/core/logging.h"
+#include "ladle/engine/engine_config.h"
+#include "ladle/engine/model.h"
+#include "ladle/frontend/model_version.h"
+#include "ladle/json/json.h"
+#include "ladle/server/server.h"
+#include "ladle/tokenizer/tokenizer.h"
+
+namespace ladle::app {
+
+namespace {
+
+// Error text JSON-escaped so a log line stays valid JSON (the logger does not escape).
+std::string LogSafe(std::string_view s) {
+  std::string out;
+  json::AppendEscaped(s, &out);
+  return out;
+}
+
+struct ServeOpts {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string config_file;
+  std::string served_model_name = "ladle";
+  std::string model_version = "v3.2";
+  std::string model;  // weights folder; empty: built-in seeded model
+  std::string tokenizer = DefaultTokenizerPath();
+  std::string api_key_file;
+  int max_queue = 256;
+  int default_max_tokens = 256;
+  int64_t max_body_bytes = 32 << 20;
+  int io_threads = 2;
+  int64_t drain_deadline_ms = 30000;
+  int kv_blocks = 512;
+  int max_running = 64;
+  std::string chunk_policy = "time";
+  std::string cost_model;
+  bool no_async = false;
+  std::string log_format = "text";
+};
+
+// Applies the config file's keys to options the command line left unset.
+Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return IoError("cannot read config file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto doc = json::Parse(ss.str());
+  if (!doc.ok()) return doc.status().WithContext("config file " + path);
+  if (!doc->is_object()) return InvalidArgument("config file " + path + ": expected a JSON object");
+  for (const auto& [key, value] : doc->as_object()) {
+    CLI::Option* opt = nullptr;
+    try {
+      opt = cmd->get_option("--" + key);
+    } catch (const CLI::OptionNotFound&) {
+      return InvalidArgument("config file " + path + ": unknown key \"" + key + "\"");
+    }
+    if (opt->count() > 0) continue;  // the command line wins
+    std::string text = value.is_string() || value.is_number() ? value.as_string()
+                       : value.is_bool()                      ? (value.as_bool() ? "true" : "false")
+                                                              : json::Dump(value);
+    try {
+      opt->add_result(text);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return InvalidArgument("config file " + path + ": key \"" + key + "\": " + e.what());
+    }
+  }
+  return Status::Ok();
+}
+
+int RunServe(const ServeOpts& opts) {
+
+  auto version = frontend::ParseModelVersion(opts.model_version);
+  if (!version.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(version.status().ToString()));
+    return 2;
+  }
+  const char* env_keys = std::getenv("LADLE_API_KEYS");
+  auto keys = server::ApiKeys::Load(env_keys ? env_keys : "", opts.api_key_file);
+  if (!keys.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(keys.status().ToString()));
+    return 2;
+  }
+  auto base = tokenizer::Tokenizer::FromFile(opts.tokenizer);
+  if (!base.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(base.status().ToString()));
+    return 1;
+  }
+  auto version_tok = frontend::TokenizerForVersion(*base, *version);
+  if (!version_tok.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(version_tok.status().ToString()));
+    return 1;
+  }
+
+  engine::ModelConfig model_config;
+  if (!opts.model.empty()) {
+    auto mc = engine::ModelConfig::FromFile(opts.model + "/config.json");
+    if (!mc.ok()) {
+      LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(mc.status().ToString()));
+      return 1;
+    }
+    model_config = *mc;
+  }
+  auto model = engine::Model::Create(model_config, opts.model);
+  if (!model.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(model.status().ToString()));
+    return 1;
+  }
+  engine::EngineConfig ec;
+  ec.num_blocks = opts.kv_blocks;
+  ec.max_running = opts.max_running;
+  ec.max_queue = opts.max_queue;
+  ec.chunk_policy = opts.chunk_policy;
+  ec.cost_model_path = opts.cost_model;
+  ec.async_scheduling = !opts.no_async;
+  ec.eos_id = frontend::SpecialTokensFor(*version).eos;
+  ec.shutdown_deadline_ms = opts.drain_deadline_ms;
+  auto eng = engine::CreateEngine(ec, std::move(model).value(), *version_tok);
+  if (!eng.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(eng.status().ToString()));
+    return 1;
+  }
+
+  server::ServerConfig sc;
+  sc.host = opts.host;
+  sc.port = static_cast<uint16_t>(opts.port);
+  sc.served_model_name = opts.served_model_name;
+  sc.version = *version;
+  sc.limits.max_body_bytes = static_cast<size_t>(opts.max_body_bytes);
+  sc.default_max_tokens = opts.default_max_tokens;
+  sc.max_queue = opts.max_queue;
+  sc.drain_deadline_ms = opts.drain_deadline_ms;
+  sc.io_threads = opts.io_threads;
+  sc.keys = std::move(keys).value();
+  auto srv = server::Server::Create(std::move(sc), eng->get(), *base);
+  if (!srv.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(srv.status().ToString()));
+    (*eng)->Shutdown();
+    return 1;
+  }
+  Status run = (*srv)->Run();
+  // The engine goes first: its threads hold sinks that post into the server's io context.
+  (*eng)->Shutdown();
+  eng->reset();
+  srv->reset();
+  if (!run.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(run.ToString()));
+    return 1;
+  }
+  LADLE_LOG_INFO("serve.exit code=0");
+  return 0;
+}
+
+void RegisterServe(CLI::App& app, RunFn* run) {
+  auto opts = std::make_shared<ServeOpts>();
+  auto* cmd = app.add_subcommand("serve", "Serve the engine over OpenAI- and Anthropic-compatible HTTP");
+  cmd->add_option("--config", opts->config_file, "JSON file with any of these flags as keys");
+  cmd->add_option("--host", opts->host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", opts->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--served-model-name", opts->served_model_name, "the model name clients must use")->capture_default_str();
+  cmd->add_option("--model-version", opts->model_version, "prompt encoder: v3, r1, v3.1, v3.2, v4")->capture_default_str();
+  cmd->add_option("--model", opts->model, "weights folder (config.json + *.safetensors); default: built-in");
+  cmd->add_option("--tokenizer", opts->tokenizer, "tokenizer.json path")->capture_default_str();
+  cmd->add_option("--api-key-file", opts->api_key_file, "file with one API key per line (plus $LADLE_API_KEYS)");
+  cmd->add_option("--max-queue", opts->max_queue, "generation requests held at once before 429/529")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--default-max-tokens", opts->default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
+  cmd->add_option("--max-body-bytes", opts->max_body_bytes, "largest request body")->capture_default_str();
+  cmd->add_option("--io-threads", opts->io_threads, "HTTP threads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--drain-deadline-ms", opts->drain_deadline_ms, "SIGTERM: how long in-flight requests may finish")->capture_default_str();
+  cmd->add_option("--kv-blocks", opts->kv_blocks, "global-KV blocks of 128 tokens")->capture_default_str();
+  cmd->add_option("--max-running", opts->max_running, "sequences in the running batch")->capture_default_str();
+  cmd->add_option("--chunk-policy", opts->chunk_policy, "chunked prefill: time or fixed")->capture_default_str();
+  cmd->add_option("--cost-model", opts->cost_model, "cost model file (loaded if present, else profiled and saved)");
+  cmd->add_flag("--no-async", opts->no_async, "turn off asynchronous scheduling");
+  cmd->add_option("--log-format", opts->log_format, "text or json (as the global flag)")->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([run, opts, cmd] {
+    *run = [opts, cmd] {
+      if (!opts->config_file.empty()) {
+        Status s = ApplyConfigFile(cmd, opts->config_file);
+        if (!s.ok()) {
+          LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(s.ToString()));
+          return 2;
+        }
+      }
+      // `ladle serve --log-format json` (or the config key) overrides the global flag.
+      if (cmd->get_option("--log-format")->count() > 0) {
+        log::Init(log::ParseFormat(opts->log_format), spdlog::get_level());
+      }
+      return RunServe(*opts);
+    };
+  });
+}
+
+}  // namespace
+
+LADLE_REGISTER_COMMAND(RegisterServe);
+
+}  // namespace ladle::app

@@ -1,0 +1,83 @@
+// The KV block pool (issue: `ladle serve`, "KV memory"; recipe: "KVCache Storage", "Hit
+// policy"). Owns WHICH global-KV blocks (128 tokens each) and SWA ring slots a sequence
+// uses; the model owns their contents. Blocks are reference-counted so that prefix hits
+// and n > 1 samples share them. A full block is named by a hash chain over its contents
+// (parent hash, its tokens, extra keys), so a later prompt with the same prefix finds it.
+//
+// Single-threaded: only the engine's scheduler thread calls it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "ladle/engine/engine.h"
+
+namespace ladle::engine {
+
+// A store below the pool (e.g. a persistent block store, as the recipe's 3FS tier). The pool
+// asks it on a miss and offers it blocks it is about to evict; the scheduler never sees it.
+class BlockTier {
+ public:
+  virtual ~BlockTier() = default;
+  // Pool miss for `hash`: if the tier holds that block it fills `block` and returns true.
+  virtual bool Fetch(uint64_t hash, int32_t block) = 0;
+  // A complete block is leaving the pool (evicted for reuse): last chance to persist it.
+  virtual void Offer(uint64_t hash, int32_t block) = 0;
+};
+
+// H(parent, tokens, extra_key) with XXH3-64. `parent` is 0 for the first block.
+uint64_t HashBlock(uint64_t parent, std::span<const TokenId> tokens, uint64_t extra_key);
+
+class BlockManager {
+ public:
+  BlockManager(int num_blocks, int num_slots, int block_size, std::shared_ptr<BlockTier> tier = nullptr);
+
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return static_cast<int>(refcount_.size()); }
+  // Blocks with a reference (in some running sequence's table).
+  int used_blocks() const { return used_; }
+  // Blocks an Allocate() could return now: free ones plus cached ones nobody references.
+  int available_blocks() const { return num_blocks() - used_; }
+  int free_slots() const { return static_cast<int>(free_slots_.size()); }
+
+  // A block with refcount 1, or -1 when every block is referenced. Prefers never-cached
+  // blocks; otherwise evicts the least recently released cached block.
+  int32_t Allocate();
+  void Ref(int32_t block);
+  // Drops one reference; at zero a cached block stays findable until evicted.
+  void Release(int32_t block);
+  void ReleaseAll(std::vector<int32_t>* blocks);
+  int refcount(int32_t block) const { return refcount_[block]; }
+
+  // Longest run of cached blocks whose chain hashes are `hashes[0..]`, each returned with a
+  // reference taken. Asks the tier on the first pool miss.
+  std::vector<int32_t> Match(std::span<const uint64_t> hashes);
+  // Names a full, computed block so later prompts can share it. A hash already cached keeps
+  // its first block (the duplicate stays private).
+  void Register(int32_t block, uint64_t hash);
+  bool IsCached(uint64_t hash) const { return by_hash_.count(hash) != 0; }
+
+  int32_t AllocateSlot();  // -1 when none
+  void FreeSlot(int32_t slot);
+
+ private:
+  void Unname(int32_t block);
+
+  int block_size_;
+  std::vector<int> refcount_;
+  std::vector<uint64_t> hash_of_;      // 0 = not cached
+  std::vector<int32_t> free_;          // never cached, refcount 0
+  std::list<int32_t> evictable_;       // cached, refcount 0, least recent first
+  std::vector<std::list<int32_t>::iterator> lru_pos_;
+  std::vector<bool> in_lru_;
+  std::unordered_map<uint64_t, int32_t> by_hash_;
+  std::vector<int32_t> free_slots_;
+  int used_ = 0;
+  std::shared_ptr<BlockTier> tier_;
+};
+
+}  // namespace ladle::engine

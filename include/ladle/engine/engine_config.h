@@ -1,0 +1,70 @@
+// Configuration of the reference engine and its factory. Scheduling knobs pick the policy
+// classes of scheduler_policies.h; the cost model is loaded from `cost_model_path` when the
+// file exists, otherwise profiled at start-up (and saved there when a path is given).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ladle/core/result.h"
+#include "ladle/engine/block_manager.h"
+#include "ladle/engine/engine.h"
+#include "ladle/engine/model.h"
+#include "ladle/tokenizer/tokenizer.h"
+
+namespace ladle::engine {
+
+// One scheduler step as it ran (for the benchmark and tests; called on the engine thread).
+struct StepRecord {
+  uint64_t step = 0;
+  int decodes = 0;
+  int prefills = 0;
+  int64_t prefill_tokens = 0;
+  double budget_ns = 0;     // 0 when the chunk policy has no time budget
+  double predicted_ns = 0;  // the cost model's estimate of the batch
+  double forward_ns = 0;    // measured forward + sample on the device thread
+  bool budget_bound = false;  // a prefill chunk was cut to fit the budget
+};
+
+struct EngineConfig {
+  int num_blocks = 512;       // global-KV blocks of 128 tokens
+  int max_running = 64;       // sequences in the running batch (= SWA ring slots)
+  int max_queue = 1024;       // waiting requests before Submit answers kResourceExhausted
+  int64_t max_model_len = 65536;  // prompt + max_tokens
+
+  // Chunked prefill. "time": the cost-model budget below; "fixed": `chunk_tokens` per step.
+  std::string chunk_policy = "time";
+  // Per-step budget. The default suits the CPU reference model (a batch-8 decode step takes
+  // ≈ 60–100 ms on 2 shared cores); a GPU engine would use a few ms.
+  int64_t step_budget_ns = 200'000'000;
+  int64_t chunk_tokens = 512;     // "fixed" chunk; also the cap of a "time" chunk
+  int64_t min_chunk_tokens = 16;  // the first prefill of a step gets at least this
+  std::string admission_policy = "fifo";
+  std::string preemption_policy = "newest";
+  int reserve_blocks = 1;     // headroom admission leaves for decode growth
+
+  std::string cost_model_path;  // load if present; else profile and save here if set
+  int profile_repeats = 3;     // timings per profiled point (the median is kept)
+  int64_t profile_max_q = 512;
+
+  bool async_scheduling = true;
+  bool prefix_cache = true;
+  uint64_t cache_salt = 0;  // extra key of every block hash (e.g. model revision)
+  TokenId eos_id = 1;
+  uint64_t seed = 0x1ad1e;  // seeds requests that carry no seed of their own
+  int64_t shutdown_deadline_ms = 30'000;
+
+  std::shared_ptr<BlockTier> tier;  // optional store below the block pool
+  std::function<void(const StepRecord&)> on_step;  // optional; must not block
+};
+
+// Builds the engine and starts its threads. Fails on bad settings or an unreadable cost
+// model file; profiles the model when no cost model is available ("time" policy only).
+// Sinks run on the engine's scheduler thread: they may call Submit, Cancel and GetStats,
+// but not Shutdown (or destroy the engine).
+Result<std::unique_ptr<Engine>> CreateEngine(const EngineConfig& config, std::unique_ptr<Model> model,
+                                             tokenizer::Tokenizer tokenizer);
+
+}  // namespace ladle::engine

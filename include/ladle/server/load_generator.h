@@ -1,0 +1,62 @@
+// `ladle bench serve`: replays a request trace (Mooncake JSONL or Azure 2023 CSV) or a
+// synthetic load against a running server's streaming Chat Completions endpoint, and reports
+// throughput and TTFT / TPOT / ITL / end-to-end percentiles as a table and an SVG plot.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ladle/core/result.h"
+
+namespace ladle::server {
+
+struct BenchRequest {
+  double arrival_s = 0;  // relative to the start of the run
+  int input_tokens = 0;
+  int output_tokens = 0;
+  std::vector<int64_t> prefix_ids;  // Mooncake hash_ids (512-token prefix blocks); may be empty
+};
+
+// "mooncake" (JSONL: timestamp ms, input_length, output_length, hash_ids) or "azure" (CSV:
+// TIMESTAMP, ContextTokens, GeneratedTokens). At most `limit` requests (0: all); lengths are
+// clamped to max_input / max_output so a CPU model can replay production shapes.
+Result<std::vector<BenchRequest>> LoadTrace(const std::string& format, const std::string& path, size_t limit,
+                                            int max_input, int max_output);
+// `n` requests of `input` and `output` tokens, all arriving at 0 (pace them with a rate).
+std::vector<BenchRequest> SyntheticRequests(size_t n, int input, int output);
+
+struct BenchOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;
+  std::string model = "ladle";
+  std::string api_key;
+  double rate = 0;         // requests/s as a Poisson process; 0: trace timestamps (synthetic: at once)
+  double time_scale = 1;   // trace timestamps are multiplied by this
+  int concurrency = 0;     // most requests in flight; 0: no limit
+  uint64_t seed = 1;
+};
+
+struct RequestResult {
+  bool ok = false;
+  std::string error;
+  double start_s = 0, ttft_s = 0, end_s = 0;  // start relative to the run; the others from start
+  std::vector<double> itl_s;                   // gaps between streamed content frames
+  int64_t prompt_tokens = 0, output_tokens = 0;
+};
+
+struct BenchReport {
+  std::vector<RequestResult> results;
+  double duration_s = 0;
+};
+
+// Runs the load; `progress(done, total, errors)` is called about once a second.
+BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptions& options,
+                     const std::function<void(size_t, size_t, size_t)>& progress);
+
+// The summary table (text) and a two-panel SVG (TTFT per request over time; ITL CDF).
+std::string FormatReport(const BenchReport& report);
+std::string RenderSvg(const BenchReport& report);
+
+}  // namespace ladle::server

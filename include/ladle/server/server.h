@@ -1,0 +1,60 @@
+// `ladle serve`: an OpenAI- and Anthropic-compatible HTTP/1.1 server (Boost.Beast, keep-alive)
+// in front of an engine::Engine.
+//
+//   POST /v1/chat/completions, /v1/responses, /v1/messages   (JSON or SSE streams)
+//   GET  /v1/models, /health (liveness), /ready (503 while draining), /metrics (Prometheus)
+//
+// Threads: `io_threads` run the sockets; each connection is a strand. A generation request is
+// adapted, encoded and submitted on that strand; the engine delivers outputs on its own
+// thread into the request's queue, which wakes the strand to parse, render and write them.
+// A client that disconnects cancels its engine request. docs/server.md has the details.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ladle/core/result.h"
+#include "ladle/engine/engine.h"
+#include "ladle/frontend/model_version.h"
+#include "ladle/frontend/request_adapters.h"
+#include "ladle/server/auth.h"
+#include "ladle/tokenizer/tokenizer.h"
+
+namespace ladle::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  // 0: any free port (see Server::port())
+  std::string served_model_name = "ladle";
+  frontend::ModelVersion version = frontend::ModelVersion::kV32;
+  frontend::Limits limits;
+  int default_max_tokens = 256;  // when the request names none (Chat, Responses)
+  // Generation requests held at once (waiting or running); beyond it: 429 (OpenAI) or 529
+  // (Anthropic) with Retry-After.
+  int max_queue = 256;
+  int retry_after_s = 1;
+  int64_t drain_deadline_ms = 30'000;  // SIGTERM: in-flight requests get this long
+  int io_threads = 2;
+  bool handle_signals = true;  // SIGINT/SIGTERM start a drain
+  ApiKeys keys;
+};
+
+class Server {
+ public:
+  virtual ~Server() = default;
+
+  // Binds the listening socket (so port() is known) without serving yet. `engine` must
+  // outlive the server; `base` is the DeepSeek V3 tokenizer.json.
+  static Result<std::unique_ptr<Server>> Create(ServerConfig config, engine::Engine* engine,
+                                                const tokenizer::Tokenizer& base);
+
+  virtual uint16_t port() const = 0;
+  // Serves until a drain completes; returns OK after a clean drain.
+  virtual Status Run() = 0;
+  // Starts a drain from any thread: stop accepting, answer new requests 503, let in-flight
+  // ones finish until the deadline (then cancel them), then Run() returns.
+  virtual void Drain() = 0;
+};
+
+}  // namespace ladle::server

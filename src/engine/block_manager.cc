@@ -1,0 +1,128 @@
+#include "ladle/engine/block_manager.h"
+
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
+#include "ladle/core/logging.h"
+
+namespace ladle::engine {
+
+uint64_t HashBlock(uint64_t parent, std::span<const TokenId> tokens, uint64_t extra_key) {
+  // One streaming state over (parent, extra, tokens): the parent makes the hash name the
+  // whole prefix, not just this block, so equal blocks after different prefixes differ.
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, &parent, sizeof(parent));
+  XXH3_64bits_update(&state, &extra_key, sizeof(extra_key));
+  XXH3_64bits_update(&state, tokens.data(), tokens.size_bytes());
+  uint64_t h = XXH3_64bits_digest(&state);
+  return h == 0 ? 1 : h;  // 0 means "not cached" in the pool
+}
+
+BlockManager::BlockManager(int num_blocks, int num_slots, int block_size, std::shared_ptr<BlockTier> tier)
+    : block_size_(block_size),
+      refcount_(num_blocks, 0),
+      hash_of_(num_blocks, 0),
+      lru_pos_(num_blocks),
+      in_lru_(num_blocks, false),
+      tier_(std::move(tier)) {
+  // Hand out low ids first (pop_back): easier to read in traces.
+  for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
+  for (int32_t s = num_slots - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+void BlockManager::Unname(int32_t block) {
+  if (hash_of_[block] != 0) {
+    by_hash_.erase(hash_of_[block]);
+    hash_of_[block] = 0;
+  }
+}
+
+int32_t BlockManager::Allocate() {
+  int32_t b = -1;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (!evictable_.empty()) {
+    b = evictable_.front();
+    evictable_.pop_front();
+    in_lru_[b] = false;
+    if (tier_) tier_->Offer(hash_of_[b], b);
+    Unname(b);
+  } else {
+    return -1;
+  }
+  refcount_[b] = 1;
+  ++used_;
+  return b;
+}
+
+void BlockManager::Ref(int32_t block) {
+  if (refcount_[block] == 0) {
+    // Revived from the evictable list by a prefix hit.
+    if (in_lru_[block]) {
+      evictable_.erase(lru_pos_[block]);
+      in_lru_[block] = false;
+    }
+    ++used_;
+  }
+  ++refcount_[block];
+}
+
+void BlockManager::Release(int32_t block) {
+  LADLE_CHECK(refcount_[block] > 0);
+  if (--refcount_[block] > 0) return;
+  --used_;
+  if (hash_of_[block] != 0) {
+    lru_pos_[block] = evictable_.insert(evictable_.end(), block);
+    in_lru_[block] = true;
+  } else {
+    free_.push_back(block);
+  }
+}
+
+void BlockManager::ReleaseAll(std::vector<int32_t>* blocks) {
+  // Release in reverse so a sequence's tail blocks are evicted before its head: a later
+  // prompt can still hit the shorter prefix.
+  for (auto it = blocks->rbegin(); it != blocks->rend(); ++it) Release(*it);
+  blocks->clear();
+}
+
+std::vector<int32_t> BlockManager::Match(std::span<const uint64_t> hashes) {
+  std::vector<int32_t> out;
+  for (uint64_t h : hashes) {
+    auto it = by_hash_.find(h);
+    if (it != by_hash_.end()) {
+      Ref(it->second);
+      out.push_back(it->second);
+      continue;
+    }
+    if (!tier_) break;
+    int32_t b = Allocate();
+    if (b < 0) break;
+    if (!tier_->Fetch(h, b)) {
+      Release(b);
+      break;
+    }
+    Register(b, h);
+    out.push_back(b);
+  }
+  return out;
+}
+
+void BlockManager::Register(int32_t block, uint64_t hash) {
+  if (hash_of_[block] != 0 || by_hash_.count(hash)) return;
+  hash_of_[block] = hash;
+  by_hash_.emplace(hash, block);
+}
+
+int32_t BlockManager::AllocateSlot() {
+  if (free_slots_.empty()) return -1;
+  int32_t s = free_slots_.back();
+  free_slots_.pop_back();
+  return s;
+}
+
+void BlockManager::FreeSlot(int32_t slot) { free_slots_.push_back(slot); }
+
+}  // namespace ladle::engine

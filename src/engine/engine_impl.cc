@@ -1,0 +1,440 @@
+// The engine's threads. The scheduler thread runs the recipe's zero-overhead loop:
+//   schedule(N+1) → launch_forward(N+1) → post-process(N−1) → launch_sample(N+1)
+// while the device thread runs forward(N) → sample(N). With async scheduling off the same
+// code waits for each step before scheduling the next (schedule → forward → sample →
+// post-process). Either way the sampled tokens are the same: sampler state lives with the
+// device and is advanced in launch order, and a decode's input token is read on the device.
+#include "engine_impl.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "ladle/core/logging.h"
+
+namespace ladle::engine {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::unique_ptr<KvStorage> kv,
+                       tokenizer::Tokenizer tok, std::unique_ptr<ChunkPolicy> chunk,
+                       std::unique_ptr<AdmissionPolicy> admission, std::unique_ptr<PreemptionPolicy> preemption,
+                       std::optional<CostModel> cost)
+    : config_(std::move(config)),
+      model_(std::move(model)),
+      kv_(std::move(kv)),
+      tok_(std::move(tok)),
+      chunk_(std::move(chunk)),
+      admission_(std::move(admission)),
+      preemption_(std::move(preemption)),
+      cost_(cost),
+      blocks_(config_.num_blocks, config_.max_running, model_->config().block_size, config_.tier),
+      seed_state_(config_.seed) {
+  vocab_ = static_cast<size_t>(model_->config().vocab_size);
+  valid_vocab_ = std::min(vocab_, tok_.VocabSize());
+  block_size_ = model_->config().block_size;
+  ring_ = model_->config().swa_ring;
+  device_ = std::make_unique<Device>();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+EngineImpl::~EngineImpl() { Shutdown(); }
+
+Result<RequestId> EngineImpl::Submit(SubmitRequest request, OutputSink sink) {
+  const auto& p = request.sampling;
+  if (request.prompt.empty()) return InvalidArgument("prompt is empty");
+  for (TokenId t : request.prompt)
+    if (t >= vocab_) return InvalidArgument(fmt::format("token id {} is outside the vocabulary", t));
+  if (p.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (p.n < 1 || p.n > config_.max_running)
+    return InvalidArgument(fmt::format("n must be between 1 and {}", config_.max_running));
+  if (p.temperature < 0 || p.top_p <= 0 || p.top_p > 1 || p.top_k < 0 || p.min_p < 0 || p.min_p > 1)
+    return InvalidArgument("sampling parameters out of range");
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + p.max_tokens;
+  if (total > config_.max_model_len)
+    return InvalidArgument(fmt::format("prompt ({}) + max_tokens ({}) exceeds the model length {}",
+                                       request.prompt.size(), p.max_tokens, config_.max_model_len));
+  // The prompt alone must fit the pool, or it could never be admitted.
+  if (static_cast<int64_t>(request.prompt.size()) + 1 > static_cast<int64_t>(config_.num_blocks) * block_size_)
+    return InvalidArgument("prompt does not fit in the KV block pool");
+  auto r = std::make_shared<Request>();
+  r->prompt = std::move(request.prompt);
+  r->params = p;
+  r->mask = std::move(request.mask);
+  r->sink = std::move(sink);
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return Status(StatusCode::kUnavailable, "engine is shutting down");
+    if (queued_.load() >= config_.max_queue) return ResourceExhausted("request queue is full");
+    r->id = next_id_++;
+    queued_ += 1;
+    inbox_.push_back(r);
+  }
+  cv_.notify_one();
+  return r->id;
+}
+
+void EngineImpl::Cancel(RequestId id) {
+  {
+    std::lock_guard lk(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+Stats EngineImpl::GetStats() const {
+  Stats s;
+  s.queue_depth = static_cast<size_t>(std::max<int64_t>(0, queued_.load()));
+  s.running = stat_running_.load();
+  s.kv_blocks_used = stat_blocks_used_.load();
+  s.kv_blocks_total = static_cast<size_t>(config_.num_blocks);
+  s.prefix_hit_tokens = stat_prefix_hits_.load();
+  s.generated_tokens = stat_generated_.load();
+  s.device_idle_fraction = device_ ? device_->idle_fraction() : 0.0;
+  return s;
+}
+
+void EngineImpl::Shutdown() {
+  {
+    std::lock_guard lk(mu_);
+    if (shutdown_done_) return;
+    shutdown_done_ = true;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  device_.reset();  // runs anything still queued, then joins
+}
+
+void EngineImpl::AddRequest(std::shared_ptr<Request> r) {
+  r->arrival = ++arrivals_;
+  const uint64_t base = r->params.seed ? *r->params.seed : Mix(seed_state_ += 0x2545F4914F6CDD1Dull);
+  const int n = r->params.n;
+  r->unfinished = n;
+  const int64_t len = static_cast<int64_t>(r->prompt.size());
+  // n > 1: the samples share the prompt's full blocks up to the last block boundary before
+  // the prompt's end; each then prefills the tail (≤ 128 tokens) into a block of its own,
+  // since decode writes into that last block and samples diverge there.
+  const int64_t fork_at = n > 1 ? (len - 1) / block_size_ * block_size_ : 0;
+  auto& seqs = requests_[r->id];
+  for (int i = 0; i < n; ++i) {
+    auto s = std::make_shared<Seq>();
+    s->req = r;
+    s->index = i;
+    s->tokens = r->prompt;
+    s->dev = std::make_shared<DevSeq>();
+    s->dev->params = r->params;
+    s->dev->mask = r->mask;
+    s->dev->index = i;
+    s->dev->sampler = SamplerState(Mix(base + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull));
+    s->stop = std::make_unique<StopChecker>(tok_, r->params.stop);
+    seqs.push_back(s);
+  }
+  if (fork_at > 0) {
+    seqs[0]->pending_forks = n - 1;
+    seqs[0]->fork_at = fork_at;
+    for (int i = 1; i < n; ++i) {
+      seqs[i]->fork_parent = seqs[0].get();
+      seqs[i]->fork_at = fork_at;
+    }
+  }
+  for (auto& s : seqs) waiting_.push_back(s);
+}
+
+void EngineImpl::DrainInbox() {
+  std::vector<std::shared_ptr<Request>> in;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lk(mu_);
+    in.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& r : in) AddRequest(std::move(r));
+  for (RequestId id : cancels) CancelRequest(id);
+}
+
+void EngineImpl::CancelRequest(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  auto seqs = it->second;  // FinishSeq may erase the map entry
+  for (auto& s : seqs)
+    if (s->state != Seq::State::kFinished) FinishSeq(s.get(), FinishKind::kCancelled, nullptr, "", "");
+}
+
+void EngineImpl::FinishSeq(Seq* s, FinishKind kind, TokenEvent* last, std::string matched, std::string error) {
+  if (s->state == Seq::State::kFinished) return;
+  // Free at once: launched work that still touches these blocks runs before any later
+  // owner's (the device is FIFO), so reuse is safe immediately.
+  blocks_.ReleaseAll(&s->blocks);
+  if (s->slot >= 0) blocks_.FreeSlot(s->slot);
+  s->slot = -1;
+  s->state = Seq::State::kFinished;
+  std::erase_if(running_, [&](const auto& p) { return p.get() == s; });
+  auto& req = *s->req;
+  if (req.counted_queued) {
+    req.counted_queued = false;
+    queued_ -= 1;
+  }
+  // Samples still waiting to fork from this one prefill on their own instead.
+  if (s->pending_forks > 0) {
+    for (auto& o : requests_[req.id]) {
+      if (o->fork_parent == s) {
+        o->fork_parent = nullptr;
+        o->fork_at = 0;
+      }
+    }
+    s->pending_forks = 0;
+  }
+  Output out;
+  out.id = req.id;
+  if (last) out.tokens.push_back(std::move(*last));
+  // Text held back for a possible stop string is settled by an EOS, stop token or length
+  // finish; a stop string, an error or a cancellation drops it.
+  if (last && (kind == FinishKind::kEos || kind == FinishKind::kStopToken || kind == FinishKind::kLength))
+    out.tokens.back().text += s->stop->Finish();
+  out.finished = true;
+  out.finished_index = s->index;
+  out.finish = kind;
+  out.stop_matched = std::move(matched);
+  out.prompt_tokens = static_cast<int64_t>(req.prompt.size());
+  out.cached_tokens = req.cached_tokens;
+  out.error = std::move(error);
+  PublishStats();  // a client that sees the finish sees the freed blocks too
+  if (req.sink) req.sink(out);
+  if (--req.unfinished == 0) requests_.erase(req.id);
+}
+
+void EngineImpl::AcceptToken(Seq* s, const Sampled& r) {
+  const auto& p = s->req->params;
+  s->tokens.push_back(r.token);
+  s->generated += 1;
+  stat_generated_ += 1;
+  TokenEvent ev;
+  ev.index = s->index;
+  ev.token = r.token;
+  ev.logprob = r.logprob;
+  if (p.top_logprobs > 0) ev.top_logprobs = r.top_logprobs;
+  if (std::isinf(r.logprob) && r.logprob < 0) {
+    // The mask allowed no token at all: there is nothing valid to emit.
+    FinishSeq(s, FinishKind::kError, nullptr, "", "no token allowed by the mask");
+    return;
+  }
+  const bool eos = r.token == config_.eos_id && !p.ignore_eos;
+  const bool stop_tok = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token) != p.stop_token_ids.end();
+  if (eos || stop_tok) {
+    // The stop token is reported (usage, logprobs) but its text is not part of the output.
+    FinishSeq(s, eos ? FinishKind::kEos : FinishKind::kStopToken, &ev, "", "");
+    return;
+  }
+  std::string matched;
+  Status st = s->stop->Push(r.token, &ev.text, &matched);
+  if (!st.ok()) {
+    FinishSeq(s, FinishKind::kError, &ev, "", st.ToString());
+    return;
+  }
+  if (!matched.empty()) {
+    FinishSeq(s, FinishKind::kStopString, &ev, std::move(matched), "");
+    return;
+  }
+  if (s->generated >= p.max_tokens) {
+    FinishSeq(s, FinishKind::kLength, &ev, "", "");
+    return;
+  }
+  Output out;
+  out.id = s->req->id;
+  out.tokens.push_back(std::move(ev));
+  out.prompt_tokens = static_cast<int64_t>(s->req->prompt.size());
+  out.cached_tokens = s->req->cached_tokens;
+  if (s->req->sink) s->req->sink(out);
+}
+
+void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) {
+  device_->Launch(
+      [this, b] {
+        const auto t0 = Clock::now();
+        for (int32_t slot : b->resets) kv_->ResetSlot(slot);
+        for (auto [from, to] : b->copies) kv_->CopySlot(from, to);
+        std::vector<SeqStep> steps;
+        steps.reserve(b->entries.size());
+        for (auto& e : b->entries) {
+          if (e.decode) e.tokens.assign(1, e.dev->last_token);  // sampled by an earlier step
+          SeqStep st;
+          st.tokens = e.tokens;
+          st.start_pos = e.start_pos;
+          st.kv_written = e.kv_written;
+          st.block_table = e.table;
+          st.swa_slot = e.slot;
+          st.prefill = !e.decode;
+          st.want_logits = e.sample;
+          steps.push_back(st);
+        }
+        if (!steps.empty()) b->status = model_->Forward(steps, *kv_, &b->logits);
+        b->record.forward_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+      },
+      after_gap);
+}
+
+void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
+  device_->Launch(
+      [this, b] {
+        const auto t0 = Clock::now();
+        if (b->status.ok()) {
+          size_t row = 0;
+          for (auto& e : b->entries) {
+            if (!e.sample) continue;
+            std::span<float> logits(b->logits.data() + row * vocab_, vocab_);
+            ++row;
+            DevSeq& d = *e.dev;
+            const uint64_t* mask = nullptr;
+            if (d.mask) {
+              d.mask_bits.assign((vocab_ + 63) / 64, 0);
+              d.mask->FillMask(d.index, d.mask_bits.data(), vocab_);
+              mask = d.mask_bits.data();
+            }
+            e.result = SampleToken(logits, d.params, &d.sampler, mask, valid_vocab_);
+            if (d.mask) d.mask->Accept(d.index, e.result.token);
+            d.last_token = e.result.token;
+          }
+        }
+        b->record.forward_ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+        {
+          std::lock_guard lk(b->mu);
+          b->done = true;
+        }
+        b->cv.notify_all();
+      },
+      false);
+}
+
+void EngineImpl::PostProcess(const std::shared_ptr<Batch>& b) {
+  {
+    std::unique_lock lk(b->mu);
+    b->cv.wait(lk, [&] { return b->done; });
+  }
+  for (auto& e : b->entries) {
+    Seq* s = e.seq.get();
+    s->inflight -= 1;
+    if (s->state == Seq::State::kFinished) continue;  // finished meanwhile: the token is discarded
+    if (!b->status.ok()) {
+      FinishSeq(s, FinishKind::kError, nullptr, "", b->status.ToString());
+      continue;
+    }
+    if (e.sample) AcceptToken(s, e.result);
+    RegisterBlocks(s);
+  }
+  if (config_.on_step) config_.on_step(b->record);
+}
+
+void EngineImpl::PublishStats() {
+  stat_running_ = running_.size();
+  stat_blocks_used_ = static_cast<size_t>(blocks_.used_blocks());
+}
+
+void EngineImpl::Loop() {
+  bool after_gap = true;
+  std::optional<Clock::time_point> deadline;
+  for (;;) {
+    DrainInbox();
+    bool stopping;
+    {
+      std::lock_guard lk(mu_);
+      stopping = stopping_;
+    }
+    if (stopping) {
+      if (!deadline) deadline = Clock::now() + std::chrono::milliseconds(config_.shutdown_deadline_ms);
+      if (Clock::now() >= *deadline) {
+        std::vector<RequestId> ids;
+        for (auto& [id, _] : requests_) ids.push_back(id);
+        for (RequestId id : ids) CancelRequest(id);
+      }
+      if (requests_.empty() && inflight_.empty()) break;
+    }
+    auto batch = Schedule();
+    PublishStats();  // admissions and preemptions are visible before any of their outputs
+    if (batch) {
+      LaunchForward(batch, after_gap);
+      after_gap = false;
+      inflight_.push_back(batch);
+    }
+    if (config_.async_scheduling) {
+      // post-process(N−1) while the device runs N; then launch_sample(N+1).
+      while (inflight_.size() > 2) {
+        auto front = inflight_.front();
+        inflight_.pop_front();
+        PostProcess(front);
+      }
+      if (batch) LaunchSample(batch);
+    } else if (batch) {
+      LaunchSample(batch);
+    }
+    if (!config_.async_scheduling || !batch) {
+      // Synchronous, or nothing new to launch: wait for the oldest step.
+      if (!inflight_.empty()) {
+        auto front = inflight_.front();
+        inflight_.pop_front();
+        PostProcess(front);
+      }
+    }
+    PublishStats();
+    if (!batch && inflight_.empty()) {
+      std::unique_lock lk(mu_);
+      if (inbox_.empty() && cancels_.empty()) {
+        // Nothing runnable; sleep until a submit or cancel (or poll the shutdown deadline).
+        cv_.wait_for(lk, std::chrono::milliseconds(stopping_ ? 5 : 100));
+        after_gap = true;
+      }
+    }
+  }
+  PublishStats();
+}
+
+Result<std::unique_ptr<Engine>> CreateEngine(const EngineConfig& config, std::unique_ptr<Model> model,
+                                             tokenizer::Tokenizer tokenizer) {
+  if (!model) return InvalidArgument("CreateEngine: no model");
+  if (config.num_blocks < 1 || config.max_running < 1 || config.max_queue < 1)
+    return InvalidArgument("num_blocks, max_running and max_queue must be positive");
+  LADLE_ASSIGN_OR_RETURN(auto admission, MakeAdmissionPolicy(config.admission_policy));
+  LADLE_ASSIGN_OR_RETURN(auto preemption, MakePreemptionPolicy(config.preemption_policy));
+  auto kv = model->NewKvStorage(config.num_blocks, config.max_running);
+  if (!kv) return Internal("model returned no KV storage");
+  std::unique_ptr<ChunkPolicy> chunk;
+  std::optional<CostModel> cost;
+  if (config.chunk_policy == "fixed") {
+    if (config.chunk_tokens < 1) return InvalidArgument("chunk_tokens must be positive");
+    chunk = std::make_unique<FixedChunk>(config.chunk_tokens);
+  } else if (config.chunk_policy == "time") {
+    if (config.step_budget_ns <= 0) return InvalidArgument("step_budget_ns must be positive");
+    if (!config.cost_model_path.empty() && std::ifstream(config.cost_model_path).good()) {
+      LADLE_ASSIGN_OR_RETURN(cost, CostModel::Load(config.cost_model_path));
+    } else {
+      const auto t0 = Clock::now();
+      LADLE_ASSIGN_OR_RETURN(auto samples, ProfileModel(*model, *kv, config.profile_max_q, config.profile_repeats));
+      LADLE_ASSIGN_OR_RETURN(cost, CostModel::Fit(samples));
+      LADLE_LOG_INFO("engine.cost_model a={:.1f} b={:.4f} d={:.4f} e={:.0f} f={:.2f} g={:.0f} h={:.2f} samples={} ms={:.0f}",
+                     cost->a, cost->b, cost->d, cost->e, cost->f, cost->g, cost->h, samples.size(),
+                     std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (!config.cost_model_path.empty()) LADLE_RETURN_IF_ERROR(cost->Save(config.cost_model_path));
+    }
+    chunk = std::make_unique<TimeBudgetChunk>(*cost, static_cast<double>(config.step_budget_ns),
+                                              config.min_chunk_tokens, config.chunk_tokens);
+  } else {
+    return InvalidArgument("unknown chunk policy: " + config.chunk_policy);
+  }
+  return std::unique_ptr<Engine>(new EngineImpl(config, std::move(model), std::move(kv), std::move(tokenizer),
+                                                std::move(chunk), std::move(admission), std::move(preemption),
+                                                cost));
+}
+
+}  // namespace ladle::engine

@@ -1,0 +1,172 @@
+// The reference engine's internals: requests and their samples (sequences), the batches
+// handed to the device, and EngineImpl, which runs the scheduler thread. Only the scheduler
+// thread touches Request/Seq state and the BlockManager; the device thread touches only a
+// launched Batch and each sequence's DevSeq (sampler state), in launch order.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "device.h"
+#include "ladle/engine/block_manager.h"
+#include "ladle/engine/engine_config.h"
+#include "ladle/engine/sampler.h"
+#include "ladle/engine/scheduler_policies.h"
+#include "stop_checker.h"
+
+namespace ladle::engine {
+
+struct Request {
+  RequestId id = 0;
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+  std::shared_ptr<MaskProvider> mask;
+  OutputSink sink;
+  uint64_t arrival = 0;
+  int unfinished = 0;
+  int64_t cached_tokens = 0;
+  bool counted_queued = true;  // still counted in the queue depth
+};
+
+// What the device thread owns of a sequence: its sampler state and the last sampled token,
+// which is the input of its next decode (the CPU may not know it yet: async scheduling).
+struct DevSeq {
+  SamplingParams params;
+  std::shared_ptr<MaskProvider> mask;
+  int index = 0;
+  SamplerState sampler;
+  TokenId last_token = 0;
+  std::vector<uint64_t> mask_bits;
+};
+
+// One of a request's n samples.
+struct Seq {
+  enum class State : uint8_t { kWaiting, kRunning, kFinished };
+  std::shared_ptr<Request> req;
+  int index = 0;
+  State state = State::kWaiting;
+  std::vector<TokenId> tokens;  // prompt + generated tokens the scheduler knows
+  int64_t target = 0;     // prefill runs until `computed` reaches this
+  int64_t computed = 0;   // positions whose forward has been launched
+  int64_t sampled = 0;    // samples launched (tokens that will come back)
+  int64_t generated = 0;  // tokens post-processed
+  bool decoding = false;
+  int64_t kv_written = 0;  // global KV below this is already in the blocks (a prefix hit)
+  std::vector<int32_t> blocks;
+  std::vector<uint64_t> hashes;  // chain hash of each full block of `tokens`
+  size_t registered = 0;         // blocks offered to the prefix cache
+  int32_t slot = -1;
+  int inflight = 0;              // launched batches not yet post-processed
+  uint64_t last_step = 0;        // the last step that scheduled it
+  // n > 1: sample 0 prefills the shared part; the others fork from it at `fork_at`.
+  Seq* fork_parent = nullptr;
+  int64_t fork_at = 0;
+  int pending_forks = 0;
+  std::shared_ptr<DevSeq> dev;
+  std::unique_ptr<StopChecker> stop;
+};
+
+struct Entry {
+  std::shared_ptr<Seq> seq;
+  std::shared_ptr<DevSeq> dev;
+  std::vector<TokenId> tokens;  // prefill: the chunk; decode: filled on the device
+  bool decode = false;
+  int64_t start_pos = 0;
+  int64_t kv_written = 0;
+  std::vector<int32_t> table;
+  int32_t slot = -1;
+  bool sample = false;
+  Sampled result;
+};
+
+struct Batch {
+  uint64_t step = 0;
+  std::vector<Entry> entries;
+  std::vector<int32_t> resets;                       // ResetSlot before the forward (new owners)
+  std::vector<std::pair<int32_t, int32_t>> copies;  // CopySlot(from, to) before the forward
+  std::vector<float> logits;
+  Status status;
+  StepRecord record;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+class EngineImpl : public Engine {
+ public:
+  EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::unique_ptr<KvStorage> kv,
+             tokenizer::Tokenizer tok, std::unique_ptr<ChunkPolicy> chunk,
+             std::unique_ptr<AdmissionPolicy> admission, std::unique_ptr<PreemptionPolicy> preemption,
+             std::optional<CostModel> cost);
+  ~EngineImpl() override;
+
+  Result<RequestId> Submit(SubmitRequest request, OutputSink sink) override;
+  void Cancel(RequestId id) override;
+  Stats GetStats() const override;
+  void Shutdown() override;
+
+ private:
+  // Scheduler thread.
+  void Loop();
+  void DrainInbox();
+  void AddRequest(std::shared_ptr<Request> r);
+  std::shared_ptr<Batch> Schedule();  // engine_schedule.cc
+  bool ScheduleDecode(const std::shared_ptr<Seq>& s, Batch* b, std::vector<Seq*>* in_batch);
+  bool TryAdmit(const std::shared_ptr<Seq>& s, Batch* b, StepBudget* budget, std::vector<Seq*>* in_batch);
+  void AddPrefillChunk(const std::shared_ptr<Seq>& s, int64_t q, Batch* b);
+  bool GrowBlocks(Seq* s, int64_t positions);
+  void Preempt(Seq* s);
+  void RegisterBlocks(Seq* s);
+  void LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap);
+  void LaunchSample(const std::shared_ptr<Batch>& b);
+  void PostProcess(const std::shared_ptr<Batch>& b);
+  void AcceptToken(Seq* s, const Sampled& r);
+  void FinishSeq(Seq* s, FinishKind kind, TokenEvent* last, std::string matched, std::string error);
+  void CancelRequest(RequestId id);
+  void PublishStats();
+
+  EngineConfig config_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvStorage> kv_;
+  tokenizer::Tokenizer tok_;
+  std::unique_ptr<ChunkPolicy> chunk_;
+  std::unique_ptr<AdmissionPolicy> admission_;
+  std::unique_ptr<PreemptionPolicy> preemption_;
+  std::optional<CostModel> cost_;
+  BlockManager blocks_;
+  size_t vocab_ = 0, valid_vocab_ = 0;
+  int block_size_ = 128;
+  int ring_ = 134;
+
+  std::unordered_map<RequestId, std::vector<std::shared_ptr<Seq>>> requests_;
+  std::deque<std::shared_ptr<Seq>> waiting_;
+  std::vector<std::shared_ptr<Seq>> running_;  // arrival order
+  std::deque<std::shared_ptr<Batch>> inflight_;
+  uint64_t step_ = 0;
+  uint64_t arrivals_ = 0;
+  uint64_t seed_state_;
+
+  // Shared with other threads.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Request>> inbox_;
+  std::vector<RequestId> cancels_;
+  bool stopping_ = false;
+  bool shutdown_done_ = false;
+  std::atomic<RequestId> next_id_{1};
+  std::atomic<int64_t> queued_{0};
+  std::atomic<size_t> stat_running_{0}, stat_blocks_used_{0};
+  std::atomic<uint64_t> stat_prefix_hits_{0}, stat_generated_{0};
+
+  std::unique_ptr<Device> device_;
+  std::thread thread_;
+};
+
+}  // namespace ladle::engine

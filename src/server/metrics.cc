@@ -1,0 +1,95 @@
+#include "ladle/server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+namespace ladle::server {
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::Observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::Render(std::string_view name, std::string* out) const {
+  auto it = std::back_inserter(*out);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    fmt::format_to(it, "{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  }
+  fmt::format_to(it, "{}_bucket{{le=\"+Inf\"}} {}\n", name, count_);
+  fmt::format_to(it, "{}_sum {}\n{}_count {}\n", name, sum_, name, count_);
+}
+
+Metrics::Metrics()
+    : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
+      rate_at_(std::chrono::steady_clock::now()) {}
+
+void Metrics::CountRequest(std::string_view api, int http_status) {
+  std::lock_guard lock(mu_);
+  ++requests_[{std::string(api), http_status}];
+}
+void Metrics::ObserveTtft(double seconds) {
+  std::lock_guard lock(mu_);
+  ttft_.Observe(seconds);
+}
+void Metrics::ObserveInterToken(double seconds) {
+  std::lock_guard lock(mu_);
+  itl_.Observe(seconds);
+}
+void Metrics::AddTokens(int64_t prompt, int64_t completion) {
+  std::lock_guard lock(mu_);
+  prompt_tokens_ += prompt;
+  completion_tokens_ += completion;
+}
+void Metrics::SetInFlight(int64_t n) {
+  std::lock_guard lock(mu_);
+  in_flight_ = n;
+}
+
+std::string Metrics::Render(const engine::Stats& stats) {
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - rate_at_).count();
+  if (dt >= 1.0) {
+    tokens_per_s_ = stats.generated_tokens >= rate_tokens_ ? (stats.generated_tokens - rate_tokens_) / dt : 0.0;
+    rate_tokens_ = stats.generated_tokens;
+    rate_at_ = now;
+  }
+  std::string out;
+  auto it = std::back_inserter(out);
+  out += "# HELP ladle_requests_total HTTP requests by API and status.\n# TYPE ladle_requests_total counter\n";
+  for (const auto& [key, n] : requests_) {
+    fmt::format_to(it, "ladle_requests_total{{api=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+  }
+  out += "# HELP ladle_time_to_first_token_seconds Time from request arrival to the first token.\n"
+         "# TYPE ladle_time_to_first_token_seconds histogram\n";
+  ttft_.Render("ladle_time_to_first_token_seconds", &out);
+  out += "# HELP ladle_inter_token_latency_seconds Time between consecutive tokens of a request.\n"
+         "# TYPE ladle_inter_token_latency_seconds histogram\n";
+  itl_.Render("ladle_inter_token_latency_seconds", &out);
+  auto gauge = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
+    fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+  };
+  gauge("ladle_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", prompt_tokens_);
+  gauge("ladle_completion_tokens_total", "counter", "Completion tokens of finished requests.", completion_tokens_);
+  gauge("ladle_requests_in_flight", "gauge", "Generation requests the server holds.", in_flight_);
+  gauge("ladle_queue_depth", "gauge", "Requests waiting in the engine.", stats.queue_depth);
+  gauge("ladle_running_batch", "gauge", "Sequences in the engine's running batch.", stats.running);
+  gauge("ladle_kv_blocks_used", "gauge", "Global-KV blocks in use.", stats.kv_blocks_used);
+  gauge("ladle_kv_blocks_total", "gauge", "Global-KV blocks in the pool.", stats.kv_blocks_total);
+  gauge("ladle_prefix_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", stats.prefix_hit_tokens);
+  gauge("ladle_generated_tokens_total", "counter", "Tokens the engine generated.", stats.generated_tokens);
+  gauge("ladle_generation_tokens_per_second", "gauge", "Generated tokens per second between scrapes.", tokens_per_s_);
+  gauge("ladle_device_idle_fraction", "gauge", "Fraction of time the device thread was idle.", stats.device_idle_fraction);
+  return out;
+}
+
+}  // namespace ladle::server

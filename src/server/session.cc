@@ -1,0 +1,434 @@
+// A connection: HTTP/1.1 reads, routing, simple responses, and the generation path (submit,
+// engine outputs → strand → Generation → socket; disconnect → cancel).
+#include "session.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <random>
+
+#include "api_errors.h"
+#include "ladle/core/logging.h"
+#include "ladle/frontend/encoder.h"
+#include "ladle/json/json.h"
+#include "server_impl.h"
+
+namespace ladle::server {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using frontend::Api;
+
+namespace {
+
+constexpr auto kIdleTimeout = std::chrono::seconds(120);
+
+// Client-influenced text (error messages name fields and models) JSON-escaped, so a log line
+// stays one valid line in --log-format json: the logger does not escape messages itself.
+std::string LogSafe(std::string_view s) {
+  std::string out;
+  json::AppendEscaped(s, &out);
+  return out;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The client's x-request-id when it is short and plain, else a fresh one.
+std::string RequestIdFor(std::string_view given) {
+  bool ok = !given.empty() && given.size() <= 64;
+  for (char c : given) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  if (ok) return std::string(given);
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("req_{:016x}", rng());
+}
+
+std::string_view ApiLabel(Api api) {
+  switch (api) {
+    case Api::kChat: return "chat";
+    case Api::kResponses: return "responses";
+    case Api::kMessages: return "messages";
+  }
+  return "other";
+}
+
+engine::SamplingParams SamplingFor(const frontend::Request& r, int default_max_tokens) {
+  engine::SamplingParams p;
+  const auto& s = r.sampling;
+  if (s.temperature) p.temperature = static_cast<float>(*s.temperature);
+  if (s.top_p) p.top_p = static_cast<float>(*s.top_p);
+  if (s.top_k) p.top_k = static_cast<int>(*s.top_k);
+  if (s.min_p) p.min_p = static_cast<float>(*s.min_p);
+  if (s.seed) p.seed = static_cast<uint64_t>(*s.seed);
+  if (s.presence_penalty) p.presence_penalty = static_cast<float>(*s.presence_penalty);
+  if (s.frequency_penalty) p.frequency_penalty = static_cast<float>(*s.frequency_penalty);
+  p.max_tokens = s.max_tokens ? static_cast<int>(*s.max_tokens) : default_max_tokens;
+  p.stop = s.stop;
+  p.stop_token_ids.assign(s.stop_token_ids.begin(), s.stop_token_ids.end());
+  p.n = r.api == Api::kChat ? std::max(1, s.n) : 1;
+  if (s.logprobs) p.top_logprobs = s.top_logprobs;
+  return p;
+}
+
+}  // namespace
+
+Session::Session(ServerImpl& server, net::ip::tcp::socket socket) : server_(server), stream_(std::move(socket)) {}
+
+void Session::Start() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+}
+
+void Session::DoRead() {
+  parser_.emplace();
+  parser_->body_limit(server_.config().limits.max_body_bytes);
+  stream_.expires_after(kIdleTimeout);
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+}
+
+void Session::OnHeader(beast::error_code ec) {
+  if (ec) {
+    OnRead(ec);
+    return;
+  }
+  auto read_body = [self = shared_from_this()] {
+    http::async_read(self->stream_, self->buffer_, *self->parser_,
+                     [self](beast::error_code ec, size_t) { self->OnRead(ec); });
+  };
+  // curl sends `Expect: 100-continue` for bodies over 1 KiB and waits a second for this.
+  if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+      if (ec) {
+        self->Close();
+        return;
+      }
+      read_body();
+    });
+    return;
+  }
+  read_body();
+}
+
+void Session::Close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  stream_.close();
+}
+
+void Session::OnRead(beast::error_code ec) {
+  if (ec == http::error::body_limit) {
+    const std::string target(parser_->get().target());
+    const Api api = ApiForPath(target.substr(0, target.find('?')));
+    auto e = ErrorFor(api, InvalidArgument(fmt::format("request body exceeds {} bytes", server_.config().limits.max_body_bytes)));
+    e.http_status = 413;  // the body is not read any further, so the connection closes after this
+    e.type = api == Api::kMessages ? "request_too_large" : e.type;
+    RespondError(api, e, RequestIdFor(""), /*keep_alive=*/false);
+    return;
+  }
+  if (ec) {
+    // end_of_stream, timeout or reset: the client is gone or idle; nothing to answer.
+    Close();
+    return;
+  }
+  Handle(parser_->release());
+}
+
+void Session::Handle(Request req) {
+  const auto start = Clock::now();
+  const std::string rid = RequestIdFor(req["x-request-id"]);
+  const bool keep_alive = req.keep_alive() && !server_.draining();
+  std::string path(req.target());
+  path = path.substr(0, path.find('?'));
+  const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+
+  if (path == "/v1/chat/completions" || path == "/v1/responses" || path == "/v1/messages") {
+    const Api api = ApiForPath(path);
+    if (!post) {
+      RespondError(api, ErrorFor(api, InvalidArgument("use POST for " + path)), rid, keep_alive);
+      return;
+    }
+    StartGeneration(api, req, rid, start);
+    return;
+  }
+  if (path == "/health" && get) {
+    Respond(200, "application/json", R"({"status":"ok"})", rid, keep_alive, "other");
+  } else if (path == "/ready" && get) {
+    if (server_.draining()) {
+      Respond(503, "application/json", R"({"status":"draining"})", rid, false, "other");
+    } else {
+      Respond(200, "application/json", R"({"status":"ready"})", rid, keep_alive, "other");
+    }
+  } else if (path == "/metrics" && get) {
+    Respond(200, "text/plain; version=0.0.4; charset=utf-8", server_.metrics().Render(server_.engine().GetStats()), rid,
+            keep_alive, "other");
+  } else if (path == "/v1/models" && get) {
+    if (!server_.config().keys.Allows(req[http::field::authorization], req["x-api-key"])) {
+      RespondError(Api::kChat, Unauthorized(Api::kChat), rid, keep_alive);
+      return;
+    }
+    std::string body = R"({"object":"list","data":[{"id":)";
+    json::AppendQuoted(server_.config().served_model_name, &body);
+    body += R"(,"object":"model","created":0,"owned_by":"ladle"}]})";
+    Respond(200, "application/json", std::move(body), rid, keep_alive, "other");
+  } else {
+    RespondError(Api::kChat, ErrorFor(Api::kChat, NotFound("no route for " + std::string(req.method_string()) + " " + path)),
+                 rid, keep_alive);
+  }
+}
+
+void Session::Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
+                      bool keep_alive, std::string_view api_label, int retry_after) {
+  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+  res->set(http::field::server, "ladle");
+  res->set(http::field::content_type, content_type);
+  res->set("x-request-id", rid);
+  if (retry_after > 0) res->set(http::field::retry_after, std::to_string(retry_after));
+  res->keep_alive(keep_alive);
+  res->body() = std::move(body);
+  res->prepare_payload();
+  server_.metrics().CountRequest(api_label, status);
+  stream_.expires_after(kIdleTimeout);
+  http::async_write(stream_, *res, [self = shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
+    if (ec || !keep_alive) {
+      self->Close();
+      return;
+    }
+    self->DoRead();
+  });
+}
+
+void Session::RespondError(Api api, const frontend::ApiError& e, const std::string& rid, bool keep_alive,
+                           int retry_after) {
+  LADLE_LOG_INFO("request.rejected rid={} api={} status={} type={} message='{}'", rid, ApiLabel(api), e.http_status,
+                 e.type, LogSafe(e.message));
+  Respond(e.http_status, "application/json", frontend::ErrorJson(api, e), rid, keep_alive, ApiLabel(api), retry_after);
+}
+
+void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clock::time_point start) {
+  const auto& cfg = server_.config();
+  const bool keep_alive = req.keep_alive() && !server_.draining();
+  // Authentication comes first: an unauthenticated client learns nothing about the body.
+  const std::string_view x_api_key = req["x-api-key"];
+  if (!cfg.keys.Allows(req[http::field::authorization], x_api_key)) {
+    RespondError(api, Unauthorized(api), rid, keep_alive);
+    return;
+  }
+  if (server_.draining()) {
+    RespondError(api, ErrorFor(api, Status(StatusCode::kUnavailable, "the server is shutting down")), rid, false);
+    return;
+  }
+  frontend::Adapted adapted = frontend::Adapt(api, req.body(), cfg.limits);
+  if (!adapted.ok()) {
+    RespondError(api, adapted.error, rid, keep_alive);
+    return;
+  }
+  frontend::Request& request = *adapted.request;
+  if (request.model != cfg.served_model_name) {
+    RespondError(api, ModelNotFound(api, request.model), rid, keep_alive);
+    return;
+  }
+  auto prompt = frontend::RenderPrompt(request, cfg.version);
+  if (!prompt.ok()) {
+    RespondError(api, ErrorFor(api, prompt.status()), rid, keep_alive);
+    return;
+  }
+  auto encoded = frontend::EncodePrompt(*prompt, server_.tokenizer());
+  if (!encoded.ok()) {
+    RespondError(api, ErrorFor(api, encoded.status()), rid, keep_alive);
+    return;
+  }
+  if (!server_.TryAdmit()) {
+    RespondError(api, Overloaded(api), rid, keep_alive, cfg.retry_after_s);
+    return;
+  }
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+  frontend::ResponseMeta meta = frontend::MakeResponseMeta(request, now_s);
+  engine::SamplingParams sampling = SamplingFor(request, cfg.default_max_tokens);
+  auto gen = Generation::Create(cfg.version, server_.tokenizer(), encoded->ends_in_thinking, meta, sampling.stop,
+                                static_cast<int64_t>(encoded->ids.size()));
+  if (!gen.ok()) {
+    server_.Release();
+    RespondError(api, ErrorFor(api, gen.status()), rid, keep_alive);
+    return;
+  }
+
+  Active a;
+  a.api = api;
+  a.stream = request.stream;
+  a.keep_alive = keep_alive;
+  a.rid = rid;
+  a.gen = std::move(gen).value();
+  a.queue = std::make_shared<OutputQueue>();
+  a.start = start;
+  active_.emplace(std::move(a));
+
+  engine::SubmitRequest submit;
+  submit.prompt = std::move(encoded->ids);
+  submit.sampling = std::move(sampling);
+  // The sink runs on the engine thread: queue the output and wake the strand once per batch.
+  auto sink = [self = shared_from_this(), queue = active_->queue](const engine::Output& out) {
+    bool post = false;
+    {
+      std::lock_guard lock(queue->mu);
+      queue->items.emplace_back(out, Clock::now());
+      post = !queue->scheduled;
+      queue->scheduled = true;
+    }
+    if (post) net::post(self->stream_.get_executor(), [self] { self->DrainOutputs(); });
+  };
+  auto id = server_.engine().Submit(std::move(submit), std::move(sink));
+  if (!id.ok()) {
+    active_.reset();
+    server_.Release();
+    const int retry = id.status().code() == StatusCode::kResourceExhausted ? cfg.retry_after_s : 0;
+    RespondError(api, ErrorFor(api, id.status()), rid, keep_alive, retry);
+    return;
+  }
+  active_->id = *id;
+  server_.Track(*id, shared_from_this());
+  LADLE_LOG_DEBUG("request.submitted rid={} api={} engine_id={} prompt_tokens={} stream={}", rid, ApiLabel(api), *id,
+                  active_->gen->usage().prompt_tokens, active_->stream);
+  // Watch for the client going away while the engine works (no read is pending meanwhile).
+  stream_.expires_never();
+  stream_.socket().async_wait(net::ip::tcp::socket::wait_read,
+                              [self = shared_from_this()](beast::error_code ec) { self->OnPeerReadable(ec); });
+}
+
+void Session::OnPeerReadable(beast::error_code ec) {
+  if (ec || !active_ || active_->gen->done()) return;
+  char c;
+  const ssize_t n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return;  // a pipelined request: it waits in the socket for the next read
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    stream_.socket().async_wait(net::ip::tcp::socket::wait_read,
+                                [self = shared_from_this()](beast::error_code ec) { self->OnPeerReadable(ec); });
+    return;
+  }
+  // EOF or reset: the client is gone; free its KV now rather than at max_tokens.
+  active_->peer_gone = true;
+  CancelGeneration();
+}
+
+void Session::CancelGeneration() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    auto& a = self->active_;
+    if (!a || a->cancel_sent || a->gen->done()) return;
+    a->cancel_sent = true;
+    LADLE_LOG_INFO("request.cancel rid={} engine_id={} peer_gone={}", a->rid, a->id, a->peer_gone);
+    self->server_.engine().Cancel(a->id);
+  });
+}
+
+void Session::DrainOutputs() {
+  if (!active_) return;
+  Active& a = *active_;
+  std::vector<std::pair<engine::Output, Clock::time_point>> items;
+  {
+    std::lock_guard lock(a.queue->mu);
+    items.swap(a.queue->items);
+    a.queue->scheduled = false;
+  }
+  for (auto& [out, at] : items) {
+    if (!out.tokens.empty()) {
+      if (!a.got_token) {
+        a.got_token = true;
+        a.first_token = at;
+        server_.metrics().ObserveTtft(Seconds(at - a.start));
+      } else {
+        const double gap = Seconds(at - a.last_token) / static_cast<double>(out.tokens.size());
+        for (size_t i = 0; i < out.tokens.size(); ++i) server_.metrics().ObserveInterToken(gap);
+      }
+      a.last_token = at;
+    }
+    a.gen->Consume(out, &a.pending);
+  }
+  if (a.stream) {
+    FlushStream();
+  } else if (a.gen->done()) {
+    FinishGeneration();
+  }
+}
+
+void Session::FlushStream() {
+  Active& a = *active_;
+  if (a.writing) return;
+  if (a.peer_gone) {
+    if (a.gen->done()) FinishGeneration();
+    return;
+  }
+  a.out.clear();
+  if (!a.head_sent) {
+    a.head_sent = true;
+    a.out = fmt::format(
+        "HTTP/1.1 200 OK\r\nServer: ladle\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        "x-request-id: {}\r\nTransfer-Encoding: chunked\r\nConnection: {}\r\n\r\n",
+        a.rid, a.keep_alive ? "keep-alive" : "close");
+  }
+  if (!a.pending.empty()) {
+    fmt::format_to(std::back_inserter(a.out), "{:x}\r\n", a.pending.size());
+    a.out += a.pending;
+    a.out += "\r\n";
+    a.pending.clear();
+  }
+  if (a.gen->done() && !a.tail_sent) {
+    a.tail_sent = true;
+    a.out += "0\r\n\r\n";
+  }
+  if (a.out.empty()) {
+    if (a.tail_sent) FinishGeneration();
+    return;
+  }
+  a.writing = true;
+  stream_.expires_after(kIdleTimeout);  // a client that stops reading must not pin the request
+  net::async_write(stream_, net::buffer(a.out),
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnStreamWrite(ec); });
+}
+
+void Session::OnStreamWrite(beast::error_code ec) {
+  Active& a = *active_;
+  a.writing = false;
+  if (ec) {
+    a.peer_gone = true;
+    CancelGeneration();
+    if (a.gen->done()) FinishGeneration();
+    return;
+  }
+  FlushStream();
+}
+
+void Session::FinishGeneration() {
+  Active a = std::move(*active_);
+  active_.reset();
+  server_.Untrack(a.id);
+  server_.Release();
+  beast::error_code ignored;
+  stream_.socket().cancel(ignored);  // the disconnect watch
+  const auto& u = a.gen->usage();
+  server_.metrics().AddTokens(u.prompt_tokens, u.completion_tokens);
+  const int status = a.peer_gone ? 499 : a.gen->http_status();
+  const double ms = Seconds(Clock::now() - a.start) * 1e3;
+  LADLE_LOG_INFO(
+      "request.done rid={} api={} status={} stream={} finish={} prompt_tokens={} cached_tokens={} "
+      "completion_tokens={} ttft_ms={:.1f} ms={:.1f}",
+      a.rid, ApiLabel(a.api), status, a.stream, a.gen->finish_name(), u.prompt_tokens, u.cached_tokens,
+      u.completion_tokens, a.got_token ? Seconds(a.first_token - a.start) * 1e3 : -1.0, ms);
+  if (a.peer_gone) {
+    server_.metrics().CountRequest(ApiLabel(a.api), 499);
+    Close();
+    return;
+  }
+  if (a.stream) {
+    server_.metrics().CountRequest(ApiLabel(a.api), 200);
+    if (a.keep_alive) {
+      DoRead();
+    } else {
+      Close();
+    }
+    return;
+  }
+  Respond(status, a.gen->content_type(), std::move(a.pending), a.rid, a.keep_alive, ApiLabel(a.api));
+}
+
+}  // namespace ladle::server

@@ -1,0 +1,86 @@
+// One client connection: reads HTTP/1.1 requests (keep-alive), routes them, and runs at most
+// one generation at a time (HTTP/1.1 answers in order). Everything here runs on the
+// connection's strand except the engine sink, which only queues and posts. Internal.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "generation.h"
+#include "ladle/engine/engine.h"
+#include "ladle/frontend/request_adapters.h"
+
+namespace ladle::server {
+
+class ServerImpl;
+
+namespace http = boost::beast::http;
+using Clock = std::chrono::steady_clock;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(ServerImpl& server, boost::asio::ip::tcp::socket socket);
+  void Start();
+  // From any thread (the drain deadline): cancel the running generation, if any.
+  void CancelGeneration();
+
+ private:
+  using Request = http::request<http::string_body>;
+
+  // Engine thread → strand. The sink appends here and posts one drain per batch.
+  struct OutputQueue {
+    std::mutex mu;
+    std::vector<std::pair<engine::Output, Clock::time_point>> items;
+    bool scheduled = false;
+  };
+
+  struct Active {
+    engine::RequestId id = 0;
+    frontend::Api api = frontend::Api::kChat;
+    bool stream = false;
+    bool keep_alive = true;
+    std::string rid;
+    std::unique_ptr<Generation> gen;
+    std::shared_ptr<OutputQueue> queue;
+    Clock::time_point start, first_token, last_token;
+    bool got_token = false;
+    bool cancel_sent = false;
+    bool peer_gone = false;
+    bool head_sent = false, tail_sent = false;
+    bool writing = false;
+    std::string pending;  // bytes produced, not yet handed to a write
+    std::string out;      // the write in flight
+  };
+
+  void DoRead();
+  void OnHeader(boost::beast::error_code ec);
+  void OnRead(boost::beast::error_code ec);
+  void Handle(Request req);
+  void StartGeneration(frontend::Api api, Request& req, const std::string& rid, Clock::time_point start);
+  void Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
+               bool keep_alive, std::string_view api_label, int retry_after = 0);
+  void RespondError(frontend::Api api, const frontend::ApiError& e, const std::string& rid, bool keep_alive,
+                    int retry_after = 0);
+  void DrainOutputs();
+  void FlushStream();
+  void OnStreamWrite(boost::beast::error_code ec);
+  void OnPeerReadable(boost::beast::error_code ec);
+  void FinishGeneration();
+  void Close();
+
+  ServerImpl& server_;
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<Active> active_;
+};
+
+}  // namespace ladle::server

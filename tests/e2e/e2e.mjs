@@ -1,0 +1,289 @@
+// End-to-end checks of a running `ladle serve` with the official SDKs.
+//   node e2e.mjs <main base url> <small-queue base url> <api key> [load seconds] [load clients]
+// The main server has a roomy queue; the second runs with --max-queue 1 for the overload
+// checks. Every check prints one line; any failure exits 1. The load phase prints TTFT/ITL
+// percentiles and throughput as measured by the client.
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+import assert from 'node:assert/strict';
+
+const [mainUrl, smallUrl, apiKey, loadSecondsArg, loadClientsArg] = process.argv.slice(2);
+const loadSeconds = Number(loadSecondsArg ?? 5);
+const loadClients = Number(loadClientsArg ?? 32);
+const MODEL = 'ladle';
+
+const openai = (base, key = apiKey) => new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0 });
+const anthropic = (base, key = apiKey) => new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
+const oa = openai(mainUrl);
+const an = anthropic(mainUrl);
+const user = [{ role: 'user', content: 'Write a short poem about ladles.' }];
+
+let failures = 0;
+async function check(name, fn) {
+  const t0 = performance.now();
+  try {
+    await fn();
+    console.log(`ok   ${name} (${(performance.now() - t0).toFixed(0)} ms)`);
+  } catch (err) {
+    failures++;
+    console.log(`FAIL ${name}: ${err?.stack ?? err}`);
+  }
+}
+
+async function metrics(base) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const get = (name) => {
+    const m = text.match(new RegExp(`^${name} ([0-9.e+-]+)$`, 'm'));
+    return m ? Number(m[1]) : NaN;
+  };
+  return { text, get };
+}
+
+async function waitFor(cond, ms = 10000) {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    if (await cond()) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return cond();
+}
+
+async function expectError(promise, status, check) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.equal(err.status, status, `status ${err.status}: ${err.message}`);
+    if (check) check(err);
+    return err;
+  }
+  assert.fail(`expected HTTP ${status}`);
+}
+
+// ---- Chat Completions ----
+await check('chat non-streaming hits max_tokens (length) with usage', async () => {
+  const r = await oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 8, temperature: 0 });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 8);
+  assert.ok(r.usage.prompt_tokens > 5, `prompt_tokens ${r.usage.prompt_tokens}`);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
+});
+
+await check('chat streaming with include_usage', async () => {
+  const stream = await oa.chat.completions.create({
+    model: MODEL, messages: user, max_tokens: 8, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let finish = null, usage = null, chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    for (const c of chunk.choices) if (c.finish_reason) finish = c.finish_reason;
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.equal(finish, 'length');
+  assert.ok(chunks >= 2);
+  assert.equal(usage?.completion_tokens, 8);
+});
+
+await check('chat greedy output is identical streaming and not', async () => {
+  const a = await oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 12, temperature: 0 });
+  const stream = await oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 12, temperature: 0, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(text, a.choices[0].message.content ?? '');
+});
+
+// A stop string taken from the greedy output itself, so the model is sure to produce it.
+async function greedyText(maxTokens) {
+  const r = await oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: maxTokens, temperature: 0 });
+  return r.choices[0].message.content ?? '';
+}
+await check('chat stop string: output cut before it, finish_reason stop', async () => {
+  const full = await greedyText(24);
+  const chars = [...full];
+  assert.ok(chars.length >= 6, `greedy output too short for a stop test: ${JSON.stringify(full)}`);
+  const start = Math.floor(chars.length / 2);
+  const stop = chars.slice(start, start + 2).join('');
+  const expected = full.slice(0, full.indexOf(stop));
+  const r = await oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 24, temperature: 0, stop: [stop] });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.equal(r.choices[0].message.content ?? '', expected);
+  const stream = await oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 24, temperature: 0, stop: [stop], stream: true });
+  let text = '', finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(text, expected);
+  assert.equal(finish, 'stop');
+});
+
+// ---- Responses ----
+await check('responses non-streaming: incomplete at max_output_tokens, usage', async () => {
+  const r = await oa.responses.create({ model: MODEL, input: 'Write a short poem about ladles.', max_output_tokens: 8, temperature: 0 });
+  assert.equal(r.status, 'incomplete');
+  assert.equal(r.incomplete_details?.reason, 'max_output_tokens');
+  assert.equal(r.usage.output_tokens, 8);
+  assert.ok(r.usage.input_tokens > 5);
+});
+
+await check('responses streaming', async () => {
+  const stream = await oa.responses.create({ model: MODEL, input: 'Write a short poem about ladles.', max_output_tokens: 8, temperature: 0, stream: true });
+  const types = [];
+  let final = null;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.response) final = ev.response;
+  }
+  assert.equal(types[0], 'response.created');
+  assert.equal(types.at(-1), 'response.incomplete');
+  assert.equal(final.usage.output_tokens, 8);
+});
+
+// ---- Messages ----
+await check('messages non-streaming: max_tokens stop_reason, usage', async () => {
+  const r = await an.messages.create({ model: MODEL, max_tokens: 8, messages: user, temperature: 0 });
+  assert.equal(r.type, 'message');
+  assert.equal(r.stop_reason, 'max_tokens');
+  assert.equal(r.usage.output_tokens, 8);
+  assert.ok(r.usage.input_tokens > 5);
+});
+
+await check('messages streaming (finalMessage)', async () => {
+  const stream = an.messages.stream({ model: MODEL, max_tokens: 8, messages: user, temperature: 0 });
+  const msg = await stream.finalMessage();
+  assert.equal(msg.stop_reason, 'max_tokens');
+  assert.equal(msg.usage.output_tokens, 8);
+});
+
+await check('messages stop_sequences: stop_sequence reported', async () => {
+  const full = await greedyText(24);
+  const chars = [...full];
+  assert.ok(chars.length >= 6, `greedy output too short: ${JSON.stringify(full)}`);
+  const start = Math.floor(chars.length / 2);
+  const stop = chars.slice(start, start + 2).join('');
+  const r = await an.messages.create({ model: MODEL, max_tokens: 24, messages: user, temperature: 0, stop_sequences: [stop] });
+  assert.equal(r.stop_reason, 'stop_sequence');
+  assert.equal(r.stop_sequence, stop);
+  const text = r.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  assert.equal(text, full.slice(0, full.indexOf(stop)));
+});
+
+// ---- Errors ----
+await check('401 in each protocol\'s shape', async () => {
+  await expectError(openai(mainUrl, 'wrong-key').chat.completions.create({ model: MODEL, messages: user, max_tokens: 4 }), 401,
+    (e) => assert.equal(e.code, 'invalid_api_key'));
+  await expectError(openai(mainUrl, 'wrong-key').responses.create({ model: MODEL, input: 'hi', max_output_tokens: 4 }), 401);
+  await expectError(anthropic(mainUrl, 'wrong-key').messages.create({ model: MODEL, max_tokens: 4, messages: user }), 401,
+    (e) => assert.equal(e.error?.error?.type, 'authentication_error'));
+});
+
+await check('400 in each protocol\'s shape', async () => {
+  await expectError(oa.chat.completions.create({ model: MODEL, messages: 'not a list', max_tokens: 4 }), 400,
+    (e) => assert.equal(e.type, 'invalid_request_error'));
+  await expectError(oa.responses.create({ model: MODEL, input: 'hi', max_output_tokens: -3 }), 400);
+  await expectError(an.messages.create({ model: MODEL, messages: user }), 400,  // max_tokens is required
+    (e) => assert.equal(e.error?.error?.type, 'invalid_request_error'));
+});
+
+await check('404 model_not_found', async () => {
+  await expectError(oa.chat.completions.create({ model: 'gpt-4o', messages: user, max_tokens: 4 }), 404,
+    (e) => assert.equal(e.code, 'model_not_found'));
+  await expectError(an.messages.create({ model: 'claude-x', max_tokens: 4, messages: user }), 404,
+    (e) => assert.equal(e.error?.error?.type, 'not_found_error'));
+});
+
+await check('full queue: 429 (OpenAI) / 529 (Anthropic) with Retry-After', async () => {
+  const small = openai(smallUrl);
+  const hold = new AbortController();
+  const busy = await small.chat.completions.create(
+    { model: MODEL, messages: user, max_tokens: 4000, stream: true }, { signal: hold.signal });
+  const it = busy[Symbol.asyncIterator]();
+  await it.next();  // the slot is taken while this stream runs
+  await expectError(small.chat.completions.create({ model: MODEL, messages: user, max_tokens: 4 }), 429,
+    (e) => assert.equal(e.headers.get('retry-after'), '1'));
+  await expectError(anthropic(smallUrl).messages.create({ model: MODEL, max_tokens: 4, messages: user }), 529,
+    (e) => { assert.equal(e.headers.get('retry-after'), '1'); assert.equal(e.error?.error?.type, 'overloaded_error'); });
+  hold.abort();
+  await it.return?.().catch(() => {});
+  assert.ok(await waitFor(async () => (await metrics(smallUrl)).get('ladle_requests_in_flight') === 0), 'slot not released');
+});
+
+// ---- Cancellation frees the KV ----
+await check('client abort mid-stream cancels and frees KV blocks (/metrics)', async () => {
+  const before = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+  const ctrl = new AbortController();
+  const stream = await oa.chat.completions.create(
+    { model: MODEL, messages: user, max_tokens: 4000, stream: true }, { signal: ctrl.signal });
+  let n = 0, during = NaN;
+  try {
+    for await (const _ of stream) {
+      if (++n === 3) {
+        during = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+        ctrl.abort();
+      }
+    }
+  } catch (err) {
+    assert.ok(err.name === 'APIUserAbortError' || err.name === 'AbortError', String(err));
+  }
+  assert.ok(during > before, `kv blocks during the stream ${during}, before ${before}`);
+  assert.ok(await waitFor(async () => (await metrics(mainUrl)).get('ladle_kv_blocks_used') === before),
+    'KV blocks were not freed after the abort');
+  const m = await metrics(mainUrl);
+  assert.match(m.text, /ladle_requests_total\{api="chat",status="499"\} [1-9]/);
+});
+
+// ---- Load ----
+function pct(xs, p) {
+  if (!xs.length) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+}
+await check(`load: ${loadClients} concurrent streaming clients for ${loadSeconds} s, zero errors`, async () => {
+  const until = Date.now() + loadSeconds * 1000;
+  const ttft = [], itl = [];
+  let ok = 0, errors = 0, tokens = 0;
+  const t0 = performance.now();
+  const client = async (i) => {
+    while (Date.now() < until) {
+      try {
+        const start = performance.now();
+        let last = null;
+        if (i % 3 === 2) {
+          const stream = an.messages.stream({ model: MODEL, max_tokens: 32, messages: user });
+          stream.on('text', () => {
+            const now = performance.now();
+            if (last === null) ttft.push(now - start); else itl.push(now - last);
+            last = now;
+          });
+          const msg = await stream.finalMessage();
+          tokens += msg.usage.output_tokens;
+        } else {
+          const stream = await oa.chat.completions.create({
+            model: MODEL, messages: user, max_tokens: 32, stream: true, stream_options: { include_usage: true } });
+          for await (const chunk of stream) {
+            if (chunk.usage) tokens += chunk.usage.completion_tokens;
+            if (!chunk.choices[0]?.delta?.content) continue;
+            const now = performance.now();
+            if (last === null) ttft.push(now - start); else itl.push(now - last);
+            last = now;
+          }
+        }
+        ok++;
+      } catch (err) {
+        errors++;
+        console.log(`  load error: ${err}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: loadClients }, (_, i) => client(i)));
+  const secs = (performance.now() - t0) / 1000;
+  console.log(`  load: requests=${ok} errors=${errors} tokens=${tokens} tokens/s=${(tokens / secs).toFixed(1)} ` +
+    `ttft_ms p50=${pct(ttft, 50).toFixed(1)} p99=${pct(ttft, 99).toFixed(1)} ` +
+    `itl_ms p50=${pct(itl, 50).toFixed(1)} p99=${pct(itl, 99).toFixed(1)}`);
+  assert.equal(errors, 0);
+  assert.ok(ok >= loadClients, `only ${ok} requests finished`);
+});
+
+console.log(failures ? `${failures} check(s) failed` : 'all e2e checks passed');
+process.exit(failures ? 1 : 0);

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# End-to-end checks: run.sh <ladle binary> [load seconds] [load clients]
+# Installs the pinned SDKs (npm ci, only when node_modules is missing or older than the lock
+# file), starts two `ladle serve` instances on random loopback ports (--port 0; the port is
+# read from the log), runs e2e.mjs against them, then stops them with SIGTERM and checks they
+# drain and exit 0. Exits 77 (skipped) when node/npm or the tokenizer are missing, except
+# under CI=true where that is a failure.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ladle="$1"
+load_seconds="${2:-5}"
+load_clients="${3:-32}"
+
+skip_or_fail() {
+  echo "e2e: $1" >&2
+  if [[ "${CI:-}" == "true" ]]; then exit 1; fi
+  exit 77
+}
+
+command -v node >/dev/null 2>&1 || skip_or_fail "node not found"
+command -v npm >/dev/null 2>&1 || skip_or_fail "npm not found"
+
+stamp="$here/node_modules/.ladle-installed"
+lock="${TMPDIR:-/tmp}/ladle-e2e-npm-$(printf '%s' "$here" | cksum | cut -d' ' -f1).lock"
+(
+  flock 9
+  if [[ ! -f "$stamp" || "$here/package-lock.json" -nt "$stamp" ]]; then
+    (cd "$here" && npm ci --no-audit --no-fund --loglevel=error >&2) || exit 3
+    touch "$stamp"
+  fi
+) 9>"$lock" || skip_or_fail "could not install the pinned SDKs (npm ci)"
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+key="e2e-$RANDOM$RANDOM"
+# Starts a server; sets $port and appends its pid. Extra flags follow the log file name.
+start_server() {
+  local log="$1"; shift
+  LADLE_API_KEYS="$key" "$ladle" serve --port 0 --cost-model "$work/cost_model.json" "$@" >"$log" 2>&1 &
+  pids+=("$!")
+  local pid="$!"
+  for _ in $(seq 1 1200); do
+    port="$(grep -o 'server.listening host=[^ ]* port=[0-9]*' "$log" | head -1 | sed 's/.*port=//')" || true
+    if [[ -n "$port" ]]; then return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$log" >&2
+      if grep -q "tokenizer" "$log" && grep -qi "no such file\|cannot open\|not found" "$log"; then
+        skip_or_fail "tokenizer missing (run scripts/setup)"
+      fi
+      echo "e2e: server exited during start-up" >&2
+      exit 1
+    fi
+    sleep 0.25
+  done
+  echo "e2e: server did not start within 300 s" >&2
+  exit 1
+}
+
+start_server "$work/main.log" --max-queue 128 --log-format json
+main_port="$port"; main_pid="${pids[0]}"
+start_server "$work/small.log" --max-queue 1
+small_port="$port"; small_pid="${pids[1]}"
+echo "e2e: servers on ports $main_port (main) and $small_port (max-queue 1)"
+
+curl_ok=1
+if command -v curl >/dev/null 2>&1; then
+  curl -fsS "http://127.0.0.1:$main_port/health" >/dev/null || curl_ok=0
+fi
+[[ "$curl_ok" == 1 ]] || { echo "e2e: /health failed" >&2; exit 1; }
+
+status=0
+node "$here/e2e.mjs" "http://127.0.0.1:$main_port" "http://127.0.0.1:$small_port" "$key" \
+  "$load_seconds" "$load_clients" || status=1
+
+# SIGTERM drains: both servers must exit 0 on their own.
+for pid in "$main_pid" "$small_pid"; do
+  kill -TERM "$pid"
+  if wait "$pid"; then echo "ok   SIGTERM drain exits 0 (pid $pid)"; else echo "FAIL SIGTERM exit code $? (pid $pid)"; status=1; fi
+done
+pids=()
+# The server's own lines in the JSON log must parse and carry a request id.
+if node -e '
+  const lines = require("fs").readFileSync(process.argv[1], "utf8").split("\n").filter((l) => l.includes("\"msg\":\"request."));
+  let n = 0;
+  for (const l of lines) { const o = JSON.parse(l); if (!/ rid=\S+/.test(o.msg)) throw new Error("no rid: " + l); n++; }
+  if (n === 0) throw new Error("no request lines");
+  console.log("ok   " + n + " request log lines are valid JSON with a request id");
+' "$work/main.log"; then :; else echo "FAIL JSON request logs"; status=1; fi
+if grep -q "$key" "$work/main.log" "$work/small.log"; then
+  echo "FAIL an API key appeared in the server log"
+  status=1
+else
+  echo "ok   API keys never logged"
+fi
+if [[ "$status" != 0 ]]; then
+  echo "---- main server log (tail) ----" >&2
+  tail -50 "$work/main.log" >&2
+fi
+exit "$status"

@@ -1,0 +1,183 @@
+// The server's parts on their own: constant-time key comparison and key loading, error
+// shapes per protocol, the Prometheus text format, and the stop-string filter.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "api_errors.h"
+#include "ladle/json/json.h"
+#include "ladle/server/auth.h"
+#include "ladle/server/metrics.h"
+#include "stop_filter.h"
+
+namespace ladle::server {
+namespace {
+
+using frontend::Api;
+using frontend::Event;
+
+TEST(ConstantTimeEquals, MatchesOnlyEqualStrings) {
+  EXPECT_TRUE(ConstantTimeEquals("sk-abc", "sk-abc"));
+  EXPECT_FALSE(ConstantTimeEquals("sk-abd", "sk-abc"));
+  EXPECT_FALSE(ConstantTimeEquals("sk-ab", "sk-abc"));    // a prefix of the secret
+  EXPECT_FALSE(ConstantTimeEquals("sk-abcd", "sk-abc"));  // the secret as a prefix
+  EXPECT_FALSE(ConstantTimeEquals("", "sk-abc"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+  // A presented key padded with NULs must not match a shorter secret.
+  EXPECT_FALSE(ConstantTimeEquals(std::string("sk-abc\0", 7), "sk-abc"));
+}
+
+TEST(ApiKeys, OpenWhenNoneConfigured) {
+  ApiKeys keys;
+  EXPECT_TRUE(keys.open());
+  EXPECT_TRUE(keys.Allows("", ""));
+}
+
+TEST(ApiKeys, BearerAndXApiKey) {
+  auto keys = ApiKeys::Load(" k1 , k2,,", "");
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(keys->size(), 2u);
+  EXPECT_TRUE(keys->Allows("Bearer k1", ""));
+  EXPECT_TRUE(keys->Allows("bearer k2", ""));
+  EXPECT_TRUE(keys->Allows("", "k2"));
+  EXPECT_FALSE(keys->Allows("Bearer k3", ""));
+  EXPECT_FALSE(keys->Allows("k1", ""));  // no scheme
+  EXPECT_FALSE(keys->Allows("", ""));
+  EXPECT_FALSE(keys->Allows("Bearer ", ""));
+}
+
+TEST(ApiKeys, KeyFileSkipsCommentsAndBlanks) {
+  const std::string path = ::testing::TempDir() + "/ladle_keys.txt";
+  {
+    std::ofstream f(path);
+    f << "# keys\n\nfile-key\r\n";
+  }
+  auto keys = ApiKeys::Load("env-key", path);
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(keys->size(), 2u);
+  EXPECT_TRUE(keys->Allows("", "file-key"));
+  EXPECT_TRUE(keys->Allows("Bearer env-key", ""));
+  std::remove(path.c_str());
+  EXPECT_EQ(ApiKeys::Load("", "/nonexistent/keys").status().code(), StatusCode::kIoError);
+}
+
+TEST(ApiErrors, StatusMapsThroughHttpStatusFor) {
+  EXPECT_EQ(ErrorFor(Api::kChat, InvalidArgument("x")).http_status, 400);
+  EXPECT_EQ(Unauthorized(Api::kChat).http_status, 401);
+  EXPECT_EQ(Unauthorized(Api::kMessages).type, "authentication_error");
+  EXPECT_EQ(ModelNotFound(Api::kChat, "gpt").code, "model_not_found");
+  EXPECT_EQ(ModelNotFound(Api::kMessages, "gpt").type, "not_found_error");
+  EXPECT_EQ(Overloaded(Api::kChat).http_status, 429);
+  EXPECT_EQ(Overloaded(Api::kResponses).http_status, 429);
+  EXPECT_EQ(Overloaded(Api::kMessages).http_status, 529);
+  EXPECT_EQ(Overloaded(Api::kMessages).type, "overloaded_error");
+  EXPECT_EQ(ApiForPath("/v1/messages"), Api::kMessages);
+  EXPECT_EQ(ApiForPath("/v1/responses"), Api::kResponses);
+  EXPECT_EQ(ApiForPath("/nope"), Api::kChat);
+}
+
+// Every line is a comment, or `name{labels} value` with a parseable number.
+void ExpectPrometheusText(const std::string& text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t nl = text.find('\n', pos);
+    ASSERT_NE(nl, std::string::npos) << "exposition must end with a newline";
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) continue;
+    const size_t sp = line.rfind(' ');
+    ASSERT_NE(sp, std::string::npos) << line;
+    const std::string value = line.substr(sp + 1);
+    char* end = nullptr;
+    std::strtod(value.c_str(), &end);
+    EXPECT_EQ(*end, '\0') << "bad value in: " << line;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    EXPECT_EQ(name.rfind("ladle_", 0), 0u) << line;
+  }
+}
+
+TEST(Metrics, PrometheusTextFormat) {
+  Metrics m;
+  m.CountRequest("chat", 200);
+  m.CountRequest("chat", 200);
+  m.CountRequest("messages", 529);
+  m.ObserveTtft(0.02);
+  m.ObserveTtft(3.0);
+  m.ObserveInterToken(0.004);
+  m.AddTokens(10, 5);
+  engine::Stats stats;
+  stats.kv_blocks_used = 7;
+  stats.queue_depth = 2;
+  const std::string text = m.Render(stats);
+  ExpectPrometheusText(text);
+  EXPECT_NE(text.find("ladle_requests_total{api=\"chat\",status=\"200\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_requests_total{api=\"messages\",status=\"529\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_time_to_first_token_seconds_count 2\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_kv_blocks_used 7\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_queue_depth 2\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE ladle_inter_token_latency_seconds histogram\n"), std::string::npos);
+}
+
+std::vector<Event> Feed(StopFilter& f, const std::vector<std::string>& pieces, bool finish = true) {
+  std::vector<Event> out;
+  for (const auto& p : pieces) {
+    Event e;
+    e.kind = Event::Kind::kContent;
+    e.text = p;
+    f.Push(e, &out);
+  }
+  if (finish) {
+    Event e;
+    e.kind = Event::Kind::kFinish;
+    e.finish = frontend::FinishReason::kLength;
+    f.Push(e, &out);
+  }
+  return out;
+}
+
+std::string Text(const std::vector<Event>& events) {
+  std::string s;
+  for (const auto& e : events) {
+    if (e.kind == Event::Kind::kContent) s += e.text;
+  }
+  return s;
+}
+
+TEST(StopFilter, CutsAtStopSpanningPieces) {
+  StopFilter f({"STOP"});
+  auto out = Feed(f, {"abc S", "TO", "P and more", "tail"});
+  EXPECT_EQ(Text(out), "abc ");
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back().kind, Event::Kind::kFinish);
+  EXPECT_EQ(out.back().finish, frontend::FinishReason::kStop);
+  EXPECT_EQ(out.back().text, "STOP");
+}
+
+TEST(StopFilter, NeverEmitsAPartialStop) {
+  StopFilter f({"STOP"});
+  auto out = Feed(f, {"abc ST"}, /*finish=*/false);
+  EXPECT_EQ(Text(out), "abc ");  // "ST" held back
+  out = Feed(f, {"AY"});
+  EXPECT_EQ(Text(out), "STAY");  // ruled out, then released
+  EXPECT_EQ(out.back().finish, frontend::FinishReason::kLength);
+}
+
+TEST(StopFilter, EarliestOfSeveral) {
+  StopFilter f({"world", "lo"});
+  auto out = Feed(f, {"hello world"});
+  EXPECT_EQ(Text(out), "hel");
+  EXPECT_EQ(out.back().text, "lo");
+}
+
+TEST(StopFilter, PassThroughWithoutStops) {
+  StopFilter f({});
+  auto out = Feed(f, {"a", "b"});
+  EXPECT_EQ(Text(out), "ab");
+  EXPECT_EQ(out.size(), 3u);
+}
+
+}  // namespace
+}  // namespace ladle::server
