@@ -1,20 +1,47 @@
 #include "ladle/core/logging.h"
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <cstdio>
 
 namespace ladle::log {
+namespace {
 
-void Init(Format format, spdlog::level::level_enum level) {
+// %* in JSON mode: the message, escaped so every line stays one valid JSON object whatever
+// the message contains (quotes, backslashes, control characters from user input).
+class JsonEscapedMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    static const char* kHex = "0123456789abcdef";
+    for (char ch : std::string_view(msg.payload.data(), msg.payload.size())) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (c == '"' || c == '\\') {
+        dest.push_back('\\');
+        dest.push_back(ch);
+      } else if (c < 0x20) {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+        dest.append(esc, esc + sizeof(esc));
+      } else {
+        dest.push_back(ch);
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonEscapedMessage>(); }
+};
+
+}  // namespace
+
+void Init(Format format, spdlog::level::level_enum level, spdlog::sink_ptr sink) {
   // Not registered by name, so Init can run again (tests, re-configuration) without clashing.
-  auto logger = std::make_shared<spdlog::logger>("ladle", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>(
+      "ladle", sink ? sink : std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   spdlog::set_default_logger(logger);
   if (format == Format::kJson) {
-    // %v is the event text; escaping of quotes in it is the caller's business (events are
-    // identifiers plus key=value pairs without quotes).
-    logger->set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","thread":%t,"msg":"%v"})",
-                        spdlog::pattern_time_type::utc);
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","thread":%t,"msg":"%*"})");
+    logger->set_formatter(std::move(formatter));
   } else {
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   }

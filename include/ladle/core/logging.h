@@ -12,8 +12,9 @@ namespace ladle::log {
 
 enum class Format { kText, kJson };
 
-// Configures the process-wide logger (stderr). Safe to call more than once.
-void Init(Format format, spdlog::level::level_enum level = spdlog::level::info);
+// Configures the process-wide logger (stderr, or `sink` when given: tests). Safe to call
+// more than once.
+void Init(Format format, spdlog::level::level_enum level = spdlog::level::info, spdlog::sink_ptr sink = nullptr);
 // Parses "text"/"json" and "debug"/"info"/"warn"/"error"; unknown values fall back to defaults.
 Format ParseFormat(std::string_view s);
 spdlog::level::level_enum ParseLevel(std::string_view s);

@@ -46,3 +46,30 @@ TEST(Result, PropagatesErrors) {
 
 }  // namespace
 }  // namespace ladle
+
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <sstream>
+
+#include "ladle/core/logging.h"
+#include "ladle/json/json.h"
+
+namespace ladle {
+namespace {
+
+TEST(Logging, JsonLinesStayValidJson) {
+  std::ostringstream out;
+  log::Init(log::Format::kJson, spdlog::level::info, std::make_shared<spdlog::sinks::ostream_sink_mt>(out));
+  LADLE_LOG_INFO("event key=\"quoted\" path=C:\\dir\nnext {}", 1);
+  std::string line = out.str();
+  ASSERT_FALSE(line.empty());
+  line.pop_back();  // newline
+  auto v = json::Parse(line);
+  ASSERT_TRUE(v.ok()) << line;
+  EXPECT_EQ(v->Find("msg")->as_string(), "event key=\"quoted\" path=C:\\dir\nnext 1");
+  EXPECT_EQ(v->Find("level")->as_string(), "info");
+  log::Init(log::Format::kText);
+}
+
+}  // namespace
+}  // namespace ladle
