@@ -3,6 +3,7 @@
 // cache, n > 1 forks, stop handling, masks, cancellation and admission errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -246,6 +247,32 @@ TEST_F(EngineRuntime, TimeBudgetChunkingGivesTheSameOutputs) {
   EXPECT_TRUE(bound);
 }
 
+// Regression: a fitted constant e above the step budget (88.7 ms vs 50 ms in one run) left
+// room only for the forced min_chunk, so prompts were admitted one at a time and 14 waited
+// behind a batch of 1. Outputs must be unchanged and several prompts must share a step.
+TEST_F(EngineRuntime, CostConstantAboveBudgetKeepsAdmitting) {
+  const auto path = (std::filesystem::temp_directory_path() / "ladle_engine_rt_cost_big_e.txt").string();
+  ASSERT_TRUE((CostModel{100000.0, 0.0, 0.0, 88.7e6}).Save(path).ok());
+  EngineConfig c = FixedConfig(true);
+  c.chunk_policy = "time";
+  c.cost_model_path = path;
+  c.step_budget_ns = 50'000'000;
+  int most_prefills = 0, most_seqs = 0;
+  std::mutex mu;
+  c.on_step = [&](const StepRecord& r) {
+    std::lock_guard lk(mu);
+    most_prefills = std::max(most_prefills, r.prefills);
+    most_seqs = std::max(most_seqs, r.prefills + r.decodes);
+  };
+  auto t = Make(c);
+  auto ref = Make(FixedConfig(false));
+  ExpectSame(RunJobs(*ref.engine, MixedJobs()), RunJobs(*t.engine, MixedJobs()));
+  t.engine->Shutdown();
+  std::lock_guard lk(mu);
+  EXPECT_GT(most_prefills, 1);
+  EXPECT_GT(most_seqs, 2);
+}
+
 TEST_F(EngineRuntime, PreemptionUnderMemoryPressureKeepsOutputsExact) {
   std::vector<Job> jobs;
   for (int i = 0; i < 6; ++i) {
@@ -474,32 +501,8 @@ TEST_F(EngineRuntime, CancelFreesBlocksAtOnce) {
 
 // Host work per step (here: a sink that takes ~0.6 ms per step) leaves the device idle when
 // scheduling is synchronous; the async pipeline overlaps it with the next forward.
-TEST_F(EngineRuntime, AsyncSchedulingHidesHostWork) {
-  FakeOptions o;
-  o.ns_per_step = 3e6;
-  double idle[2] = {0, 0};
-  for (bool async : {false, true}) {
-    auto h = Make(FixedConfig(async), o);
-    std::vector<std::unique_ptr<Collector>> cs;
-    for (int i = 0; i < 8; ++i) {
-      cs.push_back(std::make_unique<Collector>(1));
-      SamplingParams p;
-      p.max_tokens = 40;
-      auto inner = cs.back()->Sink();
-      auto id = h.engine->Submit({Prompt(20, i), p, nullptr}, [inner](const Output& out) {
-        const auto t0 = std::chrono::steady_clock::now();
-        while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(75)) {
-        }
-        inner(out);
-      });
-      ASSERT_TRUE(id.ok());
-    }
-    for (auto& c : cs) ASSERT_TRUE(c->Wait());
-    idle[async] = h.engine->GetStats().device_idle_fraction;
-  }
-  EXPECT_GT(idle[0], 0.05);
-  EXPECT_LT(idle[1], idle[0] / 2) << "sync " << idle[0] << " async " << idle[1];
-}
+// Device idle time with async scheduling on and off is a timing measurement, so it lives in
+// bench/engine (engine_bench --fake --host-us 100), not here: on shared CI cores it would flake.
 
 TEST_F(EngineRuntime, SubmitValidatesAndBoundsTheQueue) {
   FakeOptions o;
