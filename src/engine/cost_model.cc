@@ -114,6 +114,12 @@ Result<CostModel> CostModel::Fit(std::span<const CostSample> samples) {
   m.d = x[2];
   m.f = x[3];
   m.e = x[4];
+  // Sanity check against what was measured: with non-negative coefficients every predicted
+  // cost is ≥ e, so an intercept above the cheapest measured forward is a fitting artefact
+  // (a few noisy large-q timings tilt the plane) and would over-charge every step.
+  double cheapest = py.front();
+  for (double ns : py) cheapest = std::min(cheapest, ns);
+  m.e = std::min(m.e, cheapest);
   if (m.a <= 0 && m.d <= 0 && m.b <= 0) return InvalidArgument("cost model fit: no per-token cost measured");
   if (dx.size() >= 2) {
     std::array<double, kMaxCols> y{};

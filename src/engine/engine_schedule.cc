@@ -100,7 +100,11 @@ void EngineImpl::AddPrefillChunk(const std::shared_ptr<Seq>& sp, int64_t q, Batc
   e.dev = s->dev;
   e.tokens.assign(s->tokens.begin() + s->computed, s->tokens.begin() + s->computed + q);
   e.start_pos = s->computed;
-  e.kv_written = s->kv_written;
+  // A prefix hit starts one block before the KV it already has (the replayed block). A chunk
+  // smaller than that block (time budget, min_chunk, small fixed chunk) ends before
+  // s->kv_written; the model requires kv_written ≤ end, and everything up to end is already
+  // in the blocks, so the step writes nothing there.
+  e.kv_written = std::min(s->kv_written, s->computed + q);
   e.table = s->blocks;
   e.slot = s->slot;
   s->computed += q;

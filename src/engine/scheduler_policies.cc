@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ladle/core/logging.h"
+
 namespace ladle::engine {
 
 bool FifoAdmission::Admit(const AdmissionView& v) const {
@@ -13,11 +15,22 @@ bool FifoAdmission::Admit(const AdmissionView& v) const {
 }
 
 TimeBudgetChunk::TimeBudgetChunk(CostModel model, double step_budget_ns, int64_t min_chunk, int64_t max_chunk)
-    : model_(model), budget_ns_(step_budget_ns), min_chunk_(min_chunk), max_chunk_(max_chunk) {}
+    : model_(model), budget_ns_(step_budget_ns), min_chunk_(min_chunk), max_chunk_(max_chunk) {
+  // The fitted constant e is an intercept, extrapolated from timings on a shared machine; one
+  // run fitted e above the whole budget, which left no room for any prefill beyond the forced
+  // min_chunk and throttled admission to one prompt at a time. So e is charged at most half the
+  // budget: the other half always remains for decodes and prefill chunks.
+  fixed_ns_ = std::min(model_.e, budget_ns_ / 2);
+  if (fixed_ns_ < model_.e) {
+    LADLE_LOG_WARN("engine.cost_model fixed step cost e={:.0f} ns exceeds half the step budget {:.0f} ns; "
+                   "charging {:.0f} ns (raise step_budget_ns or re-profile)",
+                   model_.e, budget_ns_, fixed_ns_);
+  }
+}
 
 StepBudget TimeBudgetChunk::Begin(std::span<const int64_t> decode_contexts) const {
   StepBudget b;
-  b.ns_left = budget_ns_ - model_.e;  // the fixed per-step cost is paid once
+  b.ns_left = budget_ns_ - fixed_ns_;  // the fixed per-step cost is paid once
   for (int64_t c : decode_contexts) b.ns_left -= model_.DecodeCost(c);
   // Decodes may eat the whole budget; the first prefill still gets min_chunk so waiting
   // prompts are never starved by a long decode batch.

@@ -45,7 +45,8 @@ struct CostModel {
 
   // Least squares over the samples (prefill and decode samples separately); coefficients that
   // come out negative are pinned to 0 and the rest refitted, so cost never decreases in q or
-  // c. Needs ≥ 4 distinct prefill samples.
+  // c. e is capped at the cheapest measured prefill (no cost can be below it). Needs ≥ 4
+  // distinct prefill samples.
   static Result<CostModel> Fit(std::span<const CostSample> samples);
   Status Save(const std::string& path) const;
   static Result<CostModel> Load(const std::string& path);

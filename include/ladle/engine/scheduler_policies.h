@@ -55,7 +55,9 @@ class ChunkPolicy {
 // The recipe's per-GPU layer: each step has a budget in ns; decodes are charged first, then
 // FIFO prefills take the largest q whose cost fits what is left. The first prefill of a step
 // always gets at least `min_chunk` tokens, so neither a budget smaller than one token nor a
-// decode batch that fills the budget can stall waiting prompts.
+// decode batch that fills the budget can stall waiting prompts. The model's fixed cost e is
+// charged at most half the budget, so an over-fitted constant cannot shrink every chunk to
+// min_chunk (and with it admission to one prompt at a time).
 class TimeBudgetChunk : public ChunkPolicy {
  public:
   TimeBudgetChunk(CostModel model, double step_budget_ns, int64_t min_chunk, int64_t max_chunk);
@@ -66,6 +68,7 @@ class TimeBudgetChunk : public ChunkPolicy {
  private:
   CostModel model_;
   double budget_ns_;
+  double fixed_ns_;  // e as charged per step: min(e, budget / 2)
   int64_t min_chunk_, max_chunk_;
 };
 

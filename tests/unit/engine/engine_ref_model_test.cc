@@ -3,6 +3,7 @@
 // and greedy output does not depend on async scheduling, batching or chunk boundaries.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 
@@ -137,6 +138,60 @@ TEST_F(RefModelEngine, ForksPrefixHitsAndPreemptionAreAcceptedByTheModel) {
     EXPECT_EQ(r.tokens[0].size(), 100u);
   }
   EXPECT_EQ(small->GetStats().kv_blocks_used, 0u);
+}
+
+// Regression: a prefix hit starts one block before the KV it reuses (the replayed block), so
+// with a first chunk shorter than that block (time budget, min_chunk, a small fixed chunk) the
+// step's kv_written lay past its end and the model rejected the whole batch ("kv_written
+// outside [0, end]"). Both requests must finish, the second with a hit.
+TEST_F(RefModelEngine, SharedPrefixHitWorksWithAnyChunkSize) {
+  auto cat = [](std::vector<TokenId> a, const std::vector<TokenId>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto prefix = Prompt(320, 3);
+  const auto first = cat(prefix, Prompt(60, 4));    // 380 tokens
+  const auto second = cat(prefix, Prompt(90, 5));   // 410: (410 − 134) / 128 = 2 blocks can hit
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 4;
+  for (int64_t chunk : {512, 128, 64, 16}) {
+    auto e = Make(true, chunk);
+    ASSERT_TRUE(e);
+    auto a = Run(*e, {first}, p);
+    EXPECT_EQ(a[0].finish[0], FinishKind::kLength) << "chunk " << chunk << ": " << a[0].errors[0];
+    auto b = Run(*e, {second}, p);
+    EXPECT_EQ(b[0].finish[0], FinishKind::kLength) << "chunk " << chunk << ": " << b[0].errors[0];
+    EXPECT_EQ(b[0].tokens[0].size(), 4u);
+    EXPECT_EQ(b[0].cached, 128) << "chunk " << chunk;  // 2 shared blocks, back off one
+    EXPECT_EQ(e->GetStats().kv_blocks_used, 0u);
+  }
+}
+
+// The same prompt twice at and one token past block multiples: the hit cap and the replayed
+// block meet the prompt's end in every arrangement, and the model accepts each.
+TEST_F(RefModelEngine, RepeatedPromptsAtBlockMultiplesHit) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 3;
+  for (int64_t chunk : {512, 64}) {
+    auto e = Make(true, chunk);
+    ASSERT_TRUE(e);
+    for (int len : {256, 257, 384, 385, 512, 513}) {
+      const auto prompt = Prompt(len, 20 + len);
+      auto a = Run(*e, {prompt}, p);
+      EXPECT_EQ(a[0].finish[0], FinishKind::kLength) << len << "/" << chunk << ": " << a[0].errors[0];
+      auto b = Run(*e, {prompt}, p);
+      EXPECT_EQ(b[0].finish[0], FinishKind::kLength) << len << "/" << chunk << ": " << b[0].errors[0];
+      EXPECT_EQ(b[0].tokens[0].size(), 3u);
+      // Hit policy: at most (len − 134) / 128 whole blocks, then back off one.
+      const int64_t hit_blocks = (len - 134) / 128;
+      EXPECT_EQ(b[0].cached, std::max<int64_t>(0, hit_blocks - 1) * 128) << len << "/" << chunk;
+    }
+    EXPECT_EQ(e->GetStats().kv_blocks_used, 0u);
+  }
 }
 
 }  // namespace

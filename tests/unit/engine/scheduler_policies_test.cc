@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +62,16 @@ TEST(CostModel, FitPinsNegativeCoefficients) {
   EXPECT_GE(fit->d, 0);
   EXPECT_GE(fit->b, 0);
   EXPECT_GT(fit->a, 0);
+}
+
+TEST(CostModel, FitNeverPutsTheConstantAboveTheCheapestMeasuredStep) {
+  // Concave timings (as when large probes run on more idle cores): the non-negative linear
+  // fit's intercept lands well above the one-token time; every step would be over-charged.
+  std::vector<CostSample> s;
+  for (int64_t q : {1, 4, 16, 64, 256, 512}) s.push_back({q, 0, 1e6 * std::sqrt(static_cast<double>(q))});
+  auto fit = CostModel::Fit(s);
+  ASSERT_TRUE(fit.ok());
+  EXPECT_LE(fit->e, 1e6);
 }
 
 TEST(CostModel, FitsTheReplayTermAndDecodesSeparately) {
@@ -177,6 +190,56 @@ TEST(TimeBudgetChunk, LongerCachedPrefixGetsSmallerChunk) {
   TimeBudgetChunk p(m, 1e6, 1, 1 << 20);
   StepBudget b1 = p.Begin({}), b2 = p.Begin({});
   EXPECT_GT(p.Take(1 << 20, 0, &b1), p.Take(1 << 20, 10000, &b2));
+}
+
+// Regression: a profiled fit once gave e = 88.7 ms against a 50 ms budget. Every step then
+// had only the forced min_chunk for one prompt, so admission went one prompt at a time. The
+// over-fitted constant is charged at most half the budget; several waiting prompts must be
+// admitted (take a chunk) over successive steps while earlier ones decode.
+TEST(TimeBudgetChunk, ConstantAboveBudgetStillAdmitsWaitingPrompts) {
+  CostModel m{100000.0, 0.0, 0.0, 88.7e6};  // 0.1 ms a token, e far above the budget
+  m.has_decode = true;
+  m.g = 1e6;
+  TimeBudgetChunk p(m, 50e6, 16, 512);
+  StepBudget first = p.Begin({});
+  EXPECT_GT(first.ns_left, 0);  // e does not eat the whole budget
+  EXPECT_GT(p.Take(300, 0, &first), 16);
+
+  // A small FIFO scheduler over the policy: running prefills first, then admissions.
+  struct Prompt {
+    int64_t len, done = 0;
+    bool admitted = false;
+  };
+  std::vector<Prompt> prompts(6, Prompt{300});
+  int max_prefills_in_a_step = 0;
+  int steps = 0;
+  for (; steps < 100; ++steps) {
+    std::vector<int64_t> decodes;
+    for (const auto& q : prompts)
+      if (q.admitted && q.done == q.len) decodes.push_back(q.len);
+    StepBudget b = p.Begin(decodes);
+    int prefills = 0;
+    for (auto& q : prompts) {  // FIFO: admitted part-way prompts, then the queue's head onwards
+      if (q.done == q.len) continue;
+      const int64_t t = p.Take(q.len - q.done, q.done, &b);
+      if (t <= 0) break;
+      q.admitted = true;
+      q.done += t;
+      ++prefills;
+    }
+    max_prefills_in_a_step = std::max(max_prefills_in_a_step, prefills);
+    if (std::all_of(prompts.begin(), prompts.end(), [](const Prompt& q) { return q.done == q.len; })) break;
+  }
+  for (const auto& q : prompts) EXPECT_TRUE(q.admitted && q.done == q.len);
+  EXPECT_GT(max_prefills_in_a_step, 1);  // not one prompt at a time
+  EXPECT_LT(steps, 20);                  // 6 × 300 tokens at ≈ 250 a step, not 16
+}
+
+// With e inside half the budget nothing changes: it is charged in full.
+TEST(TimeBudgetChunk, PlausibleConstantIsChargedInFull) {
+  const CostModel m{1000.0, 0.0, 0.0, 20000.0};
+  TimeBudgetChunk p(m, 50000.0, 16, 4096);
+  EXPECT_DOUBLE_EQ(p.Begin({}).ns_left, 30000.0);
 }
 
 TEST(FixedChunk, PerSequenceAndIndependentOfBatch) {
