@@ -1,0 +1,442 @@
+// maskbench_bench: the MaskBench table of issue 4 — schema coverage, correctness on the test
+// instances, compile time and per-token mask time — on the DeepSeek vocabulary, one core.
+//
+//   maskbench_bench [flags]
+//     --archive=PATH     maskbench-dev.tar.zst (default $LADLE_SHARED/jsonschemabench/...)
+//     --data-dir=DIR     an unpacked maskbench/data directory (skips unpacking)
+//     --unpack-dir=DIR   where the archive is unpacked (default $LADLE_CACHE/maskbench-dev)
+//     --tokenizer=PATH   tokenizer.json (default $LADLE_TOKENIZER, the set-up cache, ../shared)
+//     --subset=A,B       only these subsets (names as printed in the table)
+//     --limit=N          at most N schemas per subset (the first by file name)
+//     --sample=N         a deterministic sample of N schemas over the chosen subsets (the N
+//                        smallest name hashes, so the same files every run and roughly
+//                        proportional per subset)
+//     --json=PATH        machine-readable results      --svg=PATH   mask-time percentile plot
+//     --cpu=N            pin to this CPU (default: the one we start on); --no-pin to not pin
+//     --schema-seconds=S stop driving a schema's instances after S seconds (default 60)
+//     --eager            CompileOptions::eager_mask_cache (compile time then includes masks)
+//     --failures=N       print up to N wrong verdicts / compile errors on stderr (default 20)
+//
+// Per schema: JsonSchemaGrammar + CompiledGrammar::Compile (timed together: "compile"). Per
+// test instance: the compact serialisation (json::Dump, the instance's own key order, which
+// upstream already put in the schema's `properties` order) tokenized with EncodePlain, then
+// driven token by token: FillNextTokenMask (timed: one "mask" sample per call), check the
+// token's bit, AcceptToken. Accepted iff every token's bit was set and, at the end, the EOS
+// bit. The final EOS mask is timed too (a real decoder computes it). A schema "passes" when
+// it compiles and every one of its instances gets the right verdict (llguidance's
+// definition in the MaskBench README). Progress goes to stderr, the table to stdout.
+#include <fmt/format.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ladle/grammar/grammar.h"
+#include "ladle/grammar/matcher.h"
+#include "ladle/json/json.h"
+#include "ladle/tokenizer/tokenizer.h"
+#include "maskbench_report.h"
+
+#ifndef LADLE_BENCH_CACHE_DIR
+#define LADLE_BENCH_CACHE_DIR ".cache"
+#endif
+#ifndef LADLE_BENCH_SHARED_DIR
+#define LADLE_BENCH_SHARED_DIR "../shared"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace grammar = ladle::grammar;
+namespace json = ladle::json;
+using Clock = std::chrono::steady_clock;
+using ladle::bench::SubsetStats;
+
+constexpr uint32_t kEos = 1;
+constexpr size_t kVocab = 129280;
+
+struct Config {
+  std::string archive, data_dir, unpack_dir, tokenizer;
+  std::vector<std::string> subsets;
+  size_t limit = 0, sample = 0;
+  std::string json_out, svg_out;
+  int cpu = -1;
+  bool pin = true, eager = false;
+  double schema_seconds = 60;
+  int failures = 20;
+};
+
+std::string EnvOr(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::vector<std::string> SplitComma(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    size_t c = s.find(',');
+    std::string_view part = s.substr(0, c);
+    if (!part.empty()) out.emplace_back(part);
+    if (c == std::string_view::npos) break;
+    s.remove_prefix(c + 1);
+  }
+  return out;
+}
+
+bool ParseFlags(int argc, char** argv, Config* c) {
+  c->archive = EnvOr("LADLE_SHARED", LADLE_BENCH_SHARED_DIR) + "/jsonschemabench/maskbench-dev.tar.zst";
+  c->unpack_dir = EnvOr("LADLE_CACHE", LADLE_BENCH_CACHE_DIR) + "/maskbench-dev";
+  c->tokenizer = EnvOr("LADLE_TOKENIZER", "");
+  if (c->tokenizer.empty()) {
+    std::string cached = EnvOr("LADLE_CACHE", LADLE_BENCH_CACHE_DIR) + "/tokenizers/deepseek-v3/tokenizer.json";
+    c->tokenizer = fs::exists(cached)
+                       ? cached
+                       : EnvOr("LADLE_SHARED", LADLE_BENCH_SHARED_DIR) + "/tokenizers/deepseek-v3/tokenizer.json";
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto val = [&](std::string_view name, std::string* out) {
+      if (a.substr(0, name.size()) != name) return false;
+      if (a.size() > name.size() && a[name.size()] == '=') {
+        *out = std::string(a.substr(name.size() + 1));
+        return true;
+      }
+      if (a.size() == name.size() && i + 1 < argc) {
+        *out = argv[++i];
+        return true;
+      }
+      return false;
+    };
+    std::string v;
+    if (val("--archive", &v)) c->archive = v;
+    else if (val("--data-dir", &v)) c->data_dir = v;
+    else if (val("--unpack-dir", &v)) c->unpack_dir = v;
+    else if (val("--tokenizer", &v)) c->tokenizer = v;
+    else if (val("--subset", &v)) c->subsets = SplitComma(v);
+    else if (val("--limit", &v)) c->limit = std::stoul(v);
+    else if (val("--sample", &v)) c->sample = std::stoul(v);
+    else if (val("--json", &v)) c->json_out = v;
+    else if (val("--svg", &v)) c->svg_out = v;
+    else if (val("--cpu", &v)) c->cpu = std::stoi(v);
+    else if (val("--schema-seconds", &v)) c->schema_seconds = std::stod(v);
+    else if (val("--failures", &v)) c->failures = std::stoi(v);
+    else if (a == "--no-pin") c->pin = false;
+    else if (a == "--eager") c->eager = true;
+    else if (a == "-h" || a == "--help") {
+      std::fprintf(stderr, "see the comment at the top of bench/grammar/maskbench_bench.cc\n");
+      std::exit(0);
+    } else {
+      std::fprintf(stderr, "maskbench_bench: unknown flag %s\n", argv[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The archive is unpacked once per content (size + mtime stamp) with the zstd and tar CLIs
+// (Debian has no libarchive headers here); a half-finished unpack never looks finished
+// because the stamp is written last.
+bool EnsureUnpacked(const Config& c, std::string* data_dir) {
+  if (!c.data_dir.empty()) {
+    *data_dir = c.data_dir;
+    return fs::is_directory(*data_dir);
+  }
+  std::error_code ec;
+  auto size = fs::file_size(c.archive, ec);
+  if (ec) {
+    std::fprintf(stderr, "maskbench_bench: cannot read %s\n", c.archive.c_str());
+    return false;
+  }
+  auto mtime = fs::last_write_time(c.archive, ec).time_since_epoch().count();
+  std::string stamp_text = fmt::format("{} {} {}\n", c.archive, size, mtime);
+  fs::path stamp = fs::path(c.unpack_dir) / ".unpacked";
+  *data_dir = (fs::path(c.unpack_dir) / "maskbench" / "data").string();
+  {
+    std::ifstream in(stamp);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (in && ss.str() == stamp_text && fs::is_directory(*data_dir)) return true;
+  }
+  fs::remove_all(c.unpack_dir, ec);
+  fs::create_directories(c.unpack_dir);
+  std::fprintf(stderr, "maskbench_bench: unpacking %s into %s\n", c.archive.c_str(), c.unpack_dir.c_str());
+  std::string cmd = fmt::format("zstd -dc '{}' | tar -x -C '{}'", c.archive, c.unpack_dir);
+  if (std::system(cmd.c_str()) != 0 || !fs::is_directory(*data_dir)) {
+    std::fprintf(stderr, "maskbench_bench: unpack failed (%s)\n", cmd.c_str());
+    return false;
+  }
+  std::ofstream(stamp) << stamp_text;
+  return true;
+}
+
+// "Github_easy---o123.json" -> Github_easy; "BFCL_parallel_multiple_12.json" -> BFCL_parallel_multiple.
+std::string SubsetOf(std::string_view file) {
+  if (file.size() > 5 && file.substr(file.size() - 5) == ".json") file.remove_suffix(5);
+  if (size_t dash = file.find("---"); dash != std::string_view::npos) return std::string(file.substr(0, dash));
+  size_t end = file.size();
+  while (end > 0 && std::isdigit(static_cast<unsigned char>(file[end - 1]))) --end;
+  if (end > 0 && end < file.size() && file[end - 1] == '_') --end;
+  return std::string(file.substr(0, end));
+}
+
+uint64_t NameHash(std::string_view s) {  // FNV-1a, then a mix so nearby names spread
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+bool ReadFile(const fs::path& p, std::string* out) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+void PinToOneCore(const Config& c) {
+  if (!c.pin) return;
+  int cpu = c.cpu >= 0 ? c.cpu : sched_getcpu();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    std::perror("maskbench_bench: sched_setaffinity");
+  } else {
+    std::fprintf(stderr, "maskbench_bench: pinned to CPU %d\n", cpu);
+  }
+}
+
+// First line of a status message, shortened: the key the compile-error histogram groups by
+// (JSON paths differ per schema, so only the part before the path-ish tail is kept).
+std::string ErrorKey(const ladle::Status& s) {
+  std::string m = s.message();
+  if (size_t nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
+  // Paths look like "/properties/x/..." or "at /..."; cut at the first " /" or ": /".
+  for (std::string_view cut : {std::string_view(" at /"), std::string_view(": /"), std::string_view(" /")}) {
+    if (size_t p = m.find(cut); p != std::string::npos) {
+      // keep what follows the path's last component when the message continues after it
+      size_t after = m.find(' ', p + cut.size());
+      std::string tail = after == std::string::npos ? "" : m.substr(after);
+      m = m.substr(0, p) + " <path>" + tail;
+      break;
+    }
+  }
+  if (m.size() > 90) m = m.substr(0, 87) + "...";
+  return std::string(ladle::StatusCodeName(s.code())) + ": " + m;
+}
+
+std::string Shorten(std::string_view s, size_t n) {
+  if (s.size() <= n) return std::string(s);
+  return std::string(s.substr(0, n)) + "...";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  if (!ParseFlags(argc, argv, &cfg)) return 2;
+  std::string data_dir;
+  if (!EnsureUnpacked(cfg, &data_dir)) return 1;
+
+  auto tok = ladle::tokenizer::Tokenizer::FromFile(cfg.tokenizer);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "maskbench_bench: tokenizer %s: %s\n", cfg.tokenizer.c_str(),
+                 tok.status().ToString().c_str());
+    return 1;
+  }
+  auto vocab = grammar::TokenVocabulary::FromTokenizer(*tok, {kEos}, kVocab);
+  if (!vocab.ok()) {
+    std::fprintf(stderr, "maskbench_bench: vocabulary: %s\n", vocab.status().ToString().c_str());
+    return 1;
+  }
+
+  // The schema files, filtered and sampled.
+  std::vector<std::pair<std::string, std::string>> files;  // (subset, path)
+  for (const auto& e : fs::directory_iterator(data_dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".json") continue;
+    std::string name = e.path().filename().string();
+    std::string subset = SubsetOf(name);
+    if (!cfg.subsets.empty() && std::find(cfg.subsets.begin(), cfg.subsets.end(), subset) == cfg.subsets.end())
+      continue;
+    files.emplace_back(subset, e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  if (cfg.limit > 0) {
+    std::map<std::string, size_t> taken;
+    std::erase_if(files, [&](const auto& f) { return ++taken[f.first] > cfg.limit; });
+  }
+  if (cfg.sample > 0 && cfg.sample < files.size()) {
+    std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
+      return NameHash(fs::path(a.second).filename().string()) < NameHash(fs::path(b.second).filename().string());
+    });
+    files.resize(cfg.sample);
+    std::sort(files.begin(), files.end());
+  }
+  if (files.empty()) {
+    std::fprintf(stderr, "maskbench_bench: no schema files selected in %s\n", data_dir.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "maskbench_bench: %zu schemas from %s\n", files.size(), data_dir.c_str());
+
+  PinToOneCore(cfg);
+
+  std::map<std::string, SubsetStats> by_subset;
+  std::map<std::string, size_t> error_hist;
+  std::vector<std::string> failure_lines;
+  std::vector<uint64_t> mask(kVocab / 64 + 1);
+  grammar::JsonSchemaOptions schema_opts;  // defaults: bounded whitespace, spec-conformant
+  grammar::CompileOptions compile_opts;
+  compile_opts.eager_mask_cache = cfg.eager;
+  const auto run_start = Clock::now();
+  int printed_failures = 0;
+  auto note_failure = [&](std::string line) {
+    if (printed_failures++ < cfg.failures) std::fprintf(stderr, "  %s\n", line.c_str());
+    if (failure_lines.size() < 500) failure_lines.push_back(std::move(line));
+  };
+
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    const auto& [subset, path] = files[fi];
+    const std::string name = fs::path(path).filename().string();
+    SubsetStats& st = by_subset[subset];
+    st.name = subset;
+    ++st.schemas;
+    std::string text;
+    if (!ReadFile(path, &text)) {
+      ++st.unreadable;
+      continue;
+    }
+    auto doc = json::Parse(text);
+    const json::Value* schema = doc.ok() ? doc->Find("schema") : nullptr;
+    if (!schema) {
+      ++st.unreadable;
+      continue;
+    }
+    const json::Value* tests = doc->Find("tests");
+
+    const auto c0 = Clock::now();
+    grammar::CompileReport report;
+    auto g = grammar::JsonSchemaGrammar(*schema, schema_opts, &report);
+    ladle::Result<std::shared_ptr<const grammar::CompiledGrammar>> cg =
+        g.ok() ? grammar::CompiledGrammar::Compile(*g, *vocab, compile_opts)
+               : ladle::Result<std::shared_ptr<const grammar::CompiledGrammar>>(g.status());
+    const double compile_us = std::chrono::duration<double, std::micro>(Clock::now() - c0).count();
+    if (!cg.ok()) {
+      ++st.compile_errors;
+      ++error_hist[ErrorKey(cg.status())];
+      if (tests && tests->is_array()) {
+        for (const auto& t : tests->as_array()) {
+          const json::Value* valid = t.Find("valid");
+          (valid && valid->is_bool() && valid->as_bool() ? st.valid_not_compiled : st.invalid_not_compiled)++;
+        }
+      }
+      continue;
+    }
+    ++st.compiled;
+    st.compile_us.push_back(compile_us);
+    if (!report.approximations.empty()) ++st.approximated;
+
+    bool schema_ok = true;
+    const auto schema_start = Clock::now();
+    if (tests && tests->is_array()) {
+      size_t ti = 0;
+      for (const auto& t : tests->as_array()) {
+        const size_t index = ti++;
+        const json::Value* valid_v = t.Find("valid");
+        const json::Value* data = t.Find("data");
+        if (!valid_v || !valid_v->is_bool() || !data) continue;
+        const bool valid = valid_v->as_bool();
+        if (std::chrono::duration<double>(Clock::now() - schema_start).count() > cfg.schema_seconds) {
+          ++st.instances_timed_out;
+          schema_ok = false;
+          continue;
+        }
+        const std::string instance = json::Dump(*data, json::Style::kCompact);
+        const std::vector<uint32_t> ids = tok->EncodePlain(instance);
+        grammar::GrammarMatcher m(*cg);
+        bool accepted = true;
+        size_t reject_at = ids.size();
+        for (size_t k = 0; k <= ids.size(); ++k) {
+          const auto m0 = Clock::now();
+          m.FillNextTokenMask(mask.data());
+          st.mask_ns.push_back(
+              static_cast<uint32_t>(std::min<int64_t>(UINT32_MAX, (Clock::now() - m0).count())));
+          const uint32_t id = k < ids.size() ? ids[k] : kEos;
+          const bool allowed = (mask[id >> 6] >> (id & 63)) & 1;
+          ++st.tokens;
+          if (!allowed) {
+            accepted = false;
+            reject_at = k;
+            // The mask and the matcher must agree: a token outside the mask is refused.
+            if (k < ids.size() && m.AcceptToken(id)) ++st.mask_accept_disagreements;
+            break;
+          }
+          if (k < ids.size() && !m.AcceptToken(id)) {
+            ++st.mask_accept_disagreements;
+            accepted = false;
+            reject_at = k;
+            break;
+          }
+        }
+        if (valid) {
+          ++st.valid;
+          if (accepted) ++st.valid_accepted;
+        } else {
+          ++st.invalid;
+          if (!accepted) ++st.invalid_rejected;
+        }
+        if (accepted != valid) {
+          schema_ok = false;
+          std::string where;
+          if (!accepted) {
+            std::string prefix;
+            for (size_t k = 0; k < reject_at && k < ids.size(); ++k) {
+              auto piece = tok->Decode(std::span<const uint32_t>(&ids[k], 1));
+              if (piece.ok()) prefix += *piece;
+            }
+            where = fmt::format(" rejected at token {} after {:?}",
+                                reject_at, Shorten(prefix.size() > 60 ? prefix.substr(prefix.size() - 60) : prefix, 60));
+            if (reject_at == ids.size()) where = " EOS not allowed at the end";
+          }
+          note_failure(fmt::format("{} test {} ({}): {}{} — {}", name, index, valid ? "valid" : "invalid",
+                                   valid ? "rejected" : "accepted", where, Shorten(instance, 160)));
+        }
+      }
+    }
+    if (schema_ok) ++st.passing;
+
+    if ((fi + 1) % 250 == 0 || fi + 1 == files.size()) {
+      const double el = std::chrono::duration<double>(Clock::now() - run_start).count();
+      std::fprintf(stderr, "maskbench_bench: %zu/%zu schemas, %.0f s\n", fi + 1, files.size(), el);
+    }
+  }
+
+  ladle::bench::MaskBenchReport rep;
+  for (auto& [name, st] : by_subset) rep.subsets.push_back(std::move(st));
+  rep.error_hist.assign(error_hist.begin(), error_hist.end());
+  rep.failures = std::move(failure_lines);
+  rep.wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  rep.cpu_pinned = cfg.pin;
+  rep.eager = cfg.eager;
+  rep.Finish();
+  std::fputs(rep.Table().c_str(), stdout);
+  if (!cfg.json_out.empty() && !rep.WriteJson(cfg.json_out)) return 1;
+  if (!cfg.svg_out.empty() && !rep.WriteSvg(cfg.svg_out)) return 1;
+  return 0;
+}
