@@ -48,14 +48,8 @@
 #include "ladle/grammar/matcher.h"
 #include "ladle/json/json.h"
 #include "ladle/tokenizer/tokenizer.h"
+#include "maskbench_data.h"
 #include "maskbench_report.h"
-
-#ifndef LADLE_BENCH_CACHE_DIR
-#define LADLE_BENCH_CACHE_DIR ".cache"
-#endif
-#ifndef LADLE_BENCH_SHARED_DIR
-#define LADLE_BENCH_SHARED_DIR "../shared"
-#endif
 
 namespace {
 
@@ -79,33 +73,10 @@ struct Config {
   int failures = 20;
 };
 
-std::string EnvOr(const char* name, std::string fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
-
-std::vector<std::string> SplitComma(std::string_view s) {
-  std::vector<std::string> out;
-  while (!s.empty()) {
-    size_t c = s.find(',');
-    std::string_view part = s.substr(0, c);
-    if (!part.empty()) out.emplace_back(part);
-    if (c == std::string_view::npos) break;
-    s.remove_prefix(c + 1);
-  }
-  return out;
-}
-
 bool ParseFlags(int argc, char** argv, Config* c) {
-  c->archive = EnvOr("LADLE_SHARED", LADLE_BENCH_SHARED_DIR) + "/jsonschemabench/maskbench-dev.tar.zst";
-  c->unpack_dir = EnvOr("LADLE_CACHE", LADLE_BENCH_CACHE_DIR) + "/maskbench-dev";
-  c->tokenizer = EnvOr("LADLE_TOKENIZER", "");
-  if (c->tokenizer.empty()) {
-    std::string cached = EnvOr("LADLE_CACHE", LADLE_BENCH_CACHE_DIR) + "/tokenizers/deepseek-v3/tokenizer.json";
-    c->tokenizer = fs::exists(cached)
-                       ? cached
-                       : EnvOr("LADLE_SHARED", LADLE_BENCH_SHARED_DIR) + "/tokenizers/deepseek-v3/tokenizer.json";
-  }
+  c->archive = ladle::bench::DefaultArchive();
+  c->unpack_dir = ladle::bench::DefaultUnpackDir();
+  c->tokenizer = ladle::bench::DefaultTokenizer();
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     auto val = [&](std::string_view name, std::string* out) {
@@ -125,7 +96,7 @@ bool ParseFlags(int argc, char** argv, Config* c) {
     else if (val("--data-dir", &v)) c->data_dir = v;
     else if (val("--unpack-dir", &v)) c->unpack_dir = v;
     else if (val("--tokenizer", &v)) c->tokenizer = v;
-    else if (val("--subset", &v)) c->subsets = SplitComma(v);
+    else if (val("--subset", &v)) c->subsets = ladle::bench::SplitComma(v);
     else if (val("--limit", &v)) c->limit = std::stoul(v);
     else if (val("--sample", &v)) c->sample = std::stoul(v);
     else if (val("--json", &v)) c->json_out = v;
@@ -143,70 +114,6 @@ bool ParseFlags(int argc, char** argv, Config* c) {
       return false;
     }
   }
-  return true;
-}
-
-// The archive is unpacked once per content (size + mtime stamp) with the zstd and tar CLIs
-// (Debian has no libarchive headers here); a half-finished unpack never looks finished
-// because the stamp is written last.
-bool EnsureUnpacked(const Config& c, std::string* data_dir) {
-  if (!c.data_dir.empty()) {
-    *data_dir = c.data_dir;
-    return fs::is_directory(*data_dir);
-  }
-  std::error_code ec;
-  auto size = fs::file_size(c.archive, ec);
-  if (ec) {
-    std::fprintf(stderr, "maskbench_bench: cannot read %s\n", c.archive.c_str());
-    return false;
-  }
-  auto mtime = fs::last_write_time(c.archive, ec).time_since_epoch().count();
-  std::string stamp_text = fmt::format("{} {} {}\n", c.archive, size, mtime);
-  fs::path stamp = fs::path(c.unpack_dir) / ".unpacked";
-  *data_dir = (fs::path(c.unpack_dir) / "maskbench" / "data").string();
-  {
-    std::ifstream in(stamp);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (in && ss.str() == stamp_text && fs::is_directory(*data_dir)) return true;
-  }
-  fs::remove_all(c.unpack_dir, ec);
-  fs::create_directories(c.unpack_dir);
-  std::fprintf(stderr, "maskbench_bench: unpacking %s into %s\n", c.archive.c_str(), c.unpack_dir.c_str());
-  std::string cmd = fmt::format("zstd -dc '{}' | tar -x -C '{}'", c.archive, c.unpack_dir);
-  if (std::system(cmd.c_str()) != 0 || !fs::is_directory(*data_dir)) {
-    std::fprintf(stderr, "maskbench_bench: unpack failed (%s)\n", cmd.c_str());
-    return false;
-  }
-  std::ofstream(stamp) << stamp_text;
-  return true;
-}
-
-// "Github_easy---o123.json" -> Github_easy; "BFCL_parallel_multiple_12.json" -> BFCL_parallel_multiple.
-std::string SubsetOf(std::string_view file) {
-  if (file.size() > 5 && file.substr(file.size() - 5) == ".json") file.remove_suffix(5);
-  if (size_t dash = file.find("---"); dash != std::string_view::npos) return std::string(file.substr(0, dash));
-  size_t end = file.size();
-  while (end > 0 && std::isdigit(static_cast<unsigned char>(file[end - 1]))) --end;
-  if (end > 0 && end < file.size() && file[end - 1] == '_') --end;
-  return std::string(file.substr(0, end));
-}
-
-uint64_t NameHash(std::string_view s) {  // FNV-1a, then a mix so nearby names spread
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
-}
-
-bool ReadFile(const fs::path& p, std::string* out) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
   return true;
 }
 
@@ -252,8 +159,8 @@ std::string Shorten(std::string_view s, size_t n) {
 int main(int argc, char** argv) {
   Config cfg;
   if (!ParseFlags(argc, argv, &cfg)) return 2;
-  std::string data_dir;
-  if (!EnsureUnpacked(cfg, &data_dir)) return 1;
+  std::string data_dir = cfg.data_dir;
+  if (data_dir.empty() && !ladle::bench::EnsureUnpacked(cfg.archive, cfg.unpack_dir, &data_dir)) return 1;
 
   auto tok = ladle::tokenizer::Tokenizer::FromFile(cfg.tokenizer);
   if (!tok.ok()) {
@@ -268,24 +175,13 @@ int main(int argc, char** argv) {
   }
 
   // The schema files, filtered and sampled.
-  std::vector<std::pair<std::string, std::string>> files;  // (subset, path)
-  for (const auto& e : fs::directory_iterator(data_dir)) {
-    if (!e.is_regular_file() || e.path().extension() != ".json") continue;
-    std::string name = e.path().filename().string();
-    std::string subset = SubsetOf(name);
-    if (!cfg.subsets.empty() && std::find(cfg.subsets.begin(), cfg.subsets.end(), subset) == cfg.subsets.end())
-      continue;
-    files.emplace_back(subset, e.path().string());
-  }
-  std::sort(files.begin(), files.end());
+  std::vector<ladle::bench::SchemaFile> files = ladle::bench::ListSchemaFiles(data_dir, cfg.subsets);
   if (cfg.limit > 0) {
     std::map<std::string, size_t> taken;
-    std::erase_if(files, [&](const auto& f) { return ++taken[f.first] > cfg.limit; });
+    std::erase_if(files, [&](const auto& f) { return ++taken[f.subset] > cfg.limit; });
   }
   if (cfg.sample > 0 && cfg.sample < files.size()) {
-    std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
-      return NameHash(fs::path(a.second).filename().string()) < NameHash(fs::path(b.second).filename().string());
-    });
+    ladle::bench::SortBySampleOrder(&files);
     files.resize(cfg.sample);
     std::sort(files.begin(), files.end());
   }
@@ -312,13 +208,13 @@ int main(int argc, char** argv) {
   };
 
   for (size_t fi = 0; fi < files.size(); ++fi) {
-    const auto& [subset, path] = files[fi];
-    const std::string name = fs::path(path).filename().string();
+    const std::string& subset = files[fi].subset;
+    const std::string& name = files[fi].name;
     SubsetStats& st = by_subset[subset];
     st.name = subset;
     ++st.schemas;
     std::string text;
-    if (!ReadFile(path, &text)) {
+    if (!ladle::bench::ReadFile(files[fi].path, &text)) {
       ++st.unreadable;
       continue;
     }

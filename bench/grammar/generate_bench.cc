@@ -1,0 +1,325 @@
+// generate_bench: the built-in model (random weights) generating under JSON-Schema masks.
+//
+// Two jobs, both through the real engine (engine::CreateEngine + the MaskProvider hook):
+//   1. End-to-end sample (tests/e2e/schema_sample_run.sh): a deterministic sample of MaskBench
+//      schemas that compile, one request each, written as JSONL
+//      {"id","subset","schema","output","finish","forced","max_tokens","tokens","approximations"}
+//      for an independent validator (ajv) to check. With random weights the model wanders
+//      everywhere the mask lets it, so this exercises the grammar far from the happy path.
+//   2. Mask overhead (--compare): the same requests with and without the masks; prints
+//      tokens/s for both and their ratio.
+//
+//   generate_bench [--schemas=N] [--out=FILE] [--compare] [--max-tokens=N] [--concurrency=N]
+//                  [--data-dir=DIR | --archive=PATH --unpack-dir=DIR] [--tokenizer=PATH]
+//                  [--subset=A,B] [--seed=N] [--temperature=T]
+//
+// max_tokens per request is max(--max-tokens, the grammar's shortest completion + 16), capped
+// at --max-tokens-cap: a schema whose shortest document is long still gets room to close, and
+// budget-aware completion (on by default) must close every document within it. The mask
+// adapter here is deliberately minimal (one matcher per request, n = 1); the server's own
+// adapter lives in src/structured.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ladle/engine/engine.h"
+#include "ladle/engine/engine_config.h"
+#include "ladle/engine/model.h"
+#include "ladle/grammar/grammar.h"
+#include "ladle/grammar/matcher.h"
+#include "ladle/json/json.h"
+#include "ladle/tokenizer/tokenizer.h"
+#include "maskbench_data.h"
+
+namespace {
+
+namespace engine = ladle::engine;
+namespace grammar = ladle::grammar;
+namespace json = ladle::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kEos = 1;
+constexpr size_t kVocab = 129280;
+
+// One matcher per request. The engine calls FillMask and Accept on its device thread; the
+// counters are read only after the engine has shut down.
+class SchemaMask : public engine::MaskProvider {
+ public:
+  SchemaMask(std::shared_ptr<const grammar::CompiledGrammar> g, uint32_t max_tokens)
+      : m_(std::move(g)), max_tokens_(max_tokens) {}
+  void FillMask(int, uint64_t* bits, size_t) override {
+    const auto t0 = Clock::now();
+    m_.SetRemainingTokens(max_tokens_ > accepted_ ? max_tokens_ - accepted_ : 0);
+    m_.FillNextTokenMask(bits);
+    mask_ns_ += (Clock::now() - t0).count();
+    ++masks_;
+  }
+  void Accept(int, engine::TokenId token) override {
+    // After EOS the engine may still have one overlapped step in flight; its token is discarded.
+    if (m_.IsTerminated()) return;
+    if (m_.AcceptToken(token)) ++accepted_;
+    else ++refused_;
+  }
+  bool forced() const { return m_.ForcedByBudget(); }
+  uint32_t refused() const { return refused_; }
+  double mask_ns() const { return mask_ns_; }
+  uint64_t masks() const { return masks_; }
+
+ private:
+  grammar::GrammarMatcher m_;
+  uint32_t max_tokens_;
+  uint32_t accepted_ = 0, refused_ = 0;
+  double mask_ns_ = 0;
+  uint64_t masks_ = 0;
+};
+
+struct Item {
+  ladle::bench::SchemaFile file;
+  std::string schema_json;  // compact
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  std::vector<grammar::Approximation> approximations;
+  uint32_t max_tokens = 0;
+  // results
+  std::string output;
+  engine::FinishKind finish = engine::FinishKind::kError;
+  std::string error;
+  size_t tokens = 0;
+  std::shared_ptr<SchemaMask> mask;
+};
+
+const char* FinishName(engine::FinishKind k) {
+  switch (k) {
+    case engine::FinishKind::kEos: return "eos";
+    case engine::FinishKind::kStopString: return "stop";
+    case engine::FinishKind::kStopToken: return "stop_token";
+    case engine::FinishKind::kLength: return "length";
+    case engine::FinishKind::kCancelled: return "cancelled";
+    case engine::FinishKind::kError: return "error";
+  }
+  return "?";
+}
+
+struct RunStats {
+  double wall_s = 0;
+  uint64_t tokens = 0;
+};
+
+// Submits every item (masked or not) and waits for all; outputs land in the items.
+ladle::Result<RunStats> Run(std::vector<Item>& items, const ladle::tokenizer::Tokenizer& tok, int concurrency,
+                            bool masked, uint64_t seed, float temperature) {
+  engine::EngineConfig ec;
+  ec.max_running = concurrency;
+  ec.num_blocks = std::max(64, concurrency * 8);
+  ec.chunk_policy = "fixed";  // no cost-model profiling at start-up
+  ec.chunk_tokens = 512;
+  LADLE_ASSIGN_OR_RETURN(auto model, engine::Model::Create(engine::ModelConfig{}, ""));
+  LADLE_ASSIGN_OR_RETURN(auto eng, engine::CreateEngine(ec, std::move(model), tok));
+  const std::vector<uint32_t> prompt = tok.EncodePlain("Reply with one JSON document that matches the schema.");
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item& it = items[i];
+    it.output.clear();
+    it.tokens = 0;
+    engine::SubmitRequest req;
+    req.prompt = prompt;
+    req.sampling.temperature = temperature;
+    req.sampling.seed = seed + i;
+    req.sampling.max_tokens = static_cast<int>(it.max_tokens);
+    if (masked) {
+      it.mask = std::make_shared<SchemaMask>(it.grammar, it.max_tokens);
+      req.mask = it.mask;
+    } else {
+      it.mask.reset();
+    }
+    // Submit blocks nothing; a full queue would be kResourceExhausted, so the queue is sized
+    // by the caller (max_queue 1024 > any sample here).
+    auto id = eng->Submit(std::move(req), [&, i](const engine::Output& o) {
+      Item& x = items[i];
+      std::lock_guard lk(mu);
+      for (const auto& ev : o.tokens) {
+        x.output += ev.text;
+        ++x.tokens;
+      }
+      if (o.finished) {
+        x.finish = o.finish;
+        x.error = o.error;
+        ++done;
+        cv.notify_all();
+      }
+    });
+    if (!id.ok()) return id.status();
+  }
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return done == items.size(); });
+  }
+  RunStats rs;
+  rs.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  rs.tokens = eng->GetStats().generated_tokens;
+  eng->Shutdown();
+  return rs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"generate_bench: the built-in model generating under JSON-Schema masks"};
+  size_t schemas = 500;
+  std::string out_path, data_dir, archive = ladle::bench::DefaultArchive(),
+                                  unpack_dir = ladle::bench::DefaultUnpackDir(),
+                                  tokenizer_path = ladle::bench::DefaultTokenizer(), subsets;
+  bool compare = false;
+  uint32_t max_tokens = 48, max_tokens_cap = 384;
+  int concurrency = 64;
+  uint64_t seed = 1;
+  float temperature = 1.0f;
+  app.add_option("--schemas", schemas, "compiled schemas in the sample");
+  app.add_option("--out", out_path, "JSONL output (one line per schema)");
+  app.add_flag("--compare", compare, "also run the same requests unmasked and print the tokens/s ratio");
+  app.add_option("--max-tokens", max_tokens, "max_tokens per request (raised to shortest completion + 16)");
+  app.add_option("--max-tokens-cap", max_tokens_cap, "upper bound of the raised max_tokens");
+  app.add_option("--concurrency", concurrency, "engine batch (max running requests)");
+  app.add_option("--data-dir", data_dir, "unpacked maskbench/data directory");
+  app.add_option("--archive", archive, "maskbench-dev.tar.zst");
+  app.add_option("--unpack-dir", unpack_dir, "where to unpack the archive");
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json");
+  app.add_option("--subset", subsets, "comma-separated subsets (default all)");
+  app.add_option("--seed", seed, "first request seed");
+  app.add_option("--temperature", temperature, "sampling temperature");
+  CLI11_PARSE(app, argc, argv);
+
+  if (data_dir.empty() && !ladle::bench::EnsureUnpacked(archive, unpack_dir, &data_dir)) return 1;
+  auto tok = ladle::tokenizer::Tokenizer::FromFile(tokenizer_path);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "generate_bench: tokenizer %s: %s\n", tokenizer_path.c_str(), tok.status().ToString().c_str());
+    return 1;
+  }
+  auto vocab = grammar::TokenVocabulary::FromTokenizer(*tok, {kEos}, kVocab);
+  if (!vocab.ok()) {
+    std::fprintf(stderr, "generate_bench: vocabulary: %s\n", vocab.status().ToString().c_str());
+    return 1;
+  }
+
+  // The sample: files in hash order, the first `schemas` that compile.
+  auto files = ladle::bench::ListSchemaFiles(data_dir, ladle::bench::SplitComma(subsets));
+  ladle::bench::SortBySampleOrder(&files);
+  std::vector<Item> items;
+  size_t tried = 0, compile_errors = 0;
+  const auto c0 = Clock::now();
+  for (const auto& f : files) {
+    if (items.size() >= schemas) break;
+    ++tried;
+    std::string text;
+    if (!ladle::bench::ReadFile(f.path, &text)) continue;
+    auto doc = json::Parse(text);
+    const json::Value* schema = doc.ok() ? doc->Find("schema") : nullptr;
+    if (!schema) continue;
+    grammar::CompileReport report;
+    auto g = grammar::JsonSchemaGrammar(*schema, {}, &report);
+    if (!g.ok()) {
+      ++compile_errors;
+      continue;
+    }
+    auto cg = grammar::CompiledGrammar::Compile(*g, *vocab, {});
+    if (!cg.ok()) {
+      ++compile_errors;
+      continue;
+    }
+    Item it;
+    it.file = f;
+    it.schema_json = json::Dump(*schema, json::Style::kCompact);
+    it.grammar = *cg;
+    it.approximations = std::move(report.approximations);
+    grammar::GrammarMatcher probe(it.grammar);
+    it.max_tokens = std::min(max_tokens_cap, std::max(max_tokens, probe.ShortestCompletionTokens() + 16));
+    items.push_back(std::move(it));
+  }
+  const double compile_s = std::chrono::duration<double>(Clock::now() - c0).count();
+  std::fprintf(stderr, "generate_bench: %zu schemas compiled of %zu tried (%zu compile errors) in %.1f s\n",
+               items.size(), tried, compile_errors, compile_s);
+  if (items.empty()) return 1;
+
+  RunStats unmasked;
+  if (compare) {
+    auto r = Run(items, *tok, concurrency, /*masked=*/false, seed, temperature);
+    if (!r.ok()) {
+      std::fprintf(stderr, "generate_bench: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    unmasked = *r;
+  }
+  auto masked = Run(items, *tok, concurrency, /*masked=*/true, seed, temperature);
+  if (!masked.ok()) {
+    std::fprintf(stderr, "generate_bench: %s\n", masked.status().ToString().c_str());
+    return 1;
+  }
+
+  size_t forced = 0, refused = 0, by_finish[6] = {};
+  double mask_ns = 0;
+  uint64_t masks = 0;
+  for (const auto& it : items) {
+    forced += it.mask->forced();
+    refused += it.mask->refused();
+    mask_ns += it.mask->mask_ns();
+    masks += it.mask->masks();
+    ++by_finish[static_cast<int>(it.finish)];
+  }
+  std::printf("generate_bench: %zu requests (concurrency %d), %llu tokens in %.1f s = %.1f tokens/s with masks; "
+              "finish eos %zu, length %zu, error %zu; forced by budget %zu; mask mean %.1f µs over %llu masks; "
+              "tokens the matcher refused after sampling %zu\n",
+              items.size(), concurrency, static_cast<unsigned long long>(masked->tokens), masked->wall_s,
+              masked->tokens / masked->wall_s, by_finish[static_cast<int>(engine::FinishKind::kEos)],
+              by_finish[static_cast<int>(engine::FinishKind::kLength)],
+              by_finish[static_cast<int>(engine::FinishKind::kError)], forced, masks ? mask_ns / masks / 1e3 : 0.0,
+              static_cast<unsigned long long>(masks), refused);
+  if (compare) {
+    const double a = unmasked.tokens / unmasked.wall_s, b = masked->tokens / masked->wall_s;
+    std::printf("generate_bench: without masks %llu tokens in %.1f s = %.1f tokens/s; with/without = %.3f "
+                "(mask overhead %.1f%%)\n",
+                static_cast<unsigned long long>(unmasked.tokens), unmasked.wall_s, a, b / a, 100 * (1 - b / a));
+  }
+
+  if (!out_path.empty()) {
+    std::ofstream out(out_path);
+    for (const auto& it : items) {
+      json::Value o = json::Value::MakeObject();
+      o.Set("id", json::Value::String(it.file.name));
+      o.Set("subset", json::Value::String(it.file.subset));
+      auto schema = json::Parse(it.schema_json);
+      o.Set("schema", schema.ok() ? std::move(*schema) : json::Value());
+      o.Set("output", json::Value::String(it.output));
+      o.Set("finish", json::Value::String(FinishName(it.finish)));
+      if (!it.error.empty()) o.Set("error", json::Value::String(it.error));
+      o.Set("forced", json::Value::Bool(it.mask->forced()));
+      o.Set("max_tokens", json::Value::Int(it.max_tokens));
+      o.Set("tokens", json::Value::Int(static_cast<int64_t>(it.tokens)));
+      json::Value approx = json::Value::MakeArray();
+      for (const auto& a : it.approximations) {
+        json::Value x = json::Value::MakeObject();
+        x.Set("path", json::Value::String(a.path));
+        x.Set("what", json::Value::String(a.what));
+        approx.as_array().push_back(std::move(x));
+      }
+      o.Set("approximations", std::move(approx));
+      out << json::Dump(o, json::Style::kCompact) << "\n";
+    }
+    if (!out) {
+      std::fprintf(stderr, "generate_bench: cannot write %s\n", out_path.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
