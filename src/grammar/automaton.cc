@@ -1,0 +1,706 @@
+// Grammar IR -> per-rule DFAs (automaton.h).
+//
+// Each unit's expression becomes a Thompson NFA over {byte sets, special tokens, rule calls},
+// then a DFA by subset construction over the unit's byte classes. Small non-recursive rules
+// are inlined into their callers: a call costs a stack push at run time and makes tokens that
+// cross the callee's end "uncertain" for the mask cache, so flattening them pays.
+#include "automaton.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+namespace ladle::grammar {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Rules up to this many NFA states (estimated, fully inlined) are copied into callers.
+constexpr uint64_t kInlineMaxStates = 400;
+constexpr uint64_t kSaturate = uint64_t{1} << 40;
+// Rough heap cost of one NFA state with its edges, and of one DFA state's bookkeeping.
+constexpr size_t kNfaStateBytes = 64;
+constexpr size_t kDfaStateBytes = 96;
+
+// ---- UTF-8 ranges -> byte-range sequences ------------------------------------------------
+
+struct Utf8Seq {
+  int n = 0;
+  uint8_t lo[4]{}, hi[4]{};
+};
+
+int Encode(uint32_t cp, uint8_t* out) {
+  if (cp < 0x80) {
+    out[0] = static_cast<uint8_t>(cp);
+    return 1;
+  }
+  if (cp < 0x800) {
+    out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
+    out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    out[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
+    out[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
+  out[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
+  out[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+  out[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+// Splits [lo, hi] until each piece's encodings form a cartesian product of byte ranges.
+void SplitUtf8(uint32_t lo, uint32_t hi, std::vector<Utf8Seq>& out) {
+  static constexpr uint32_t kLenMax[3] = {0x7F, 0x7FF, 0xFFFF};
+  for (uint32_t m : kLenMax) {
+    if (lo <= m && hi > m) {
+      SplitUtf8(lo, m, out);
+      SplitUtf8(m + 1, hi, out);
+      return;
+    }
+  }
+  if (hi >= 0x80) {
+    for (int i = 1; i < 4; ++i) {
+      uint32_t m = (1u << (6 * i)) - 1;
+      if ((lo & ~m) != (hi & ~m)) {
+        if ((lo & m) != 0) {
+          SplitUtf8(lo, lo | m, out);
+          SplitUtf8((lo | m) + 1, hi, out);
+          return;
+        }
+        if ((hi & m) != m) {
+          SplitUtf8(lo, (hi & ~m) - 1, out);
+          SplitUtf8(hi & ~m, hi, out);
+          return;
+        }
+      }
+    }
+  }
+  Utf8Seq s;
+  s.n = Encode(lo, s.lo);
+  Encode(hi, s.hi);
+  out.push_back(s);
+}
+
+// ---- NFA -----------------------------------------------------------------------------------
+
+enum class EdgeKind : uint8_t { kEps, kBytes, kCall, kSpecial };
+
+struct NfaEdge {
+  EdgeKind kind;
+  int32_t to;
+  int32_t arg;  // byte-set index, rule id or token id
+};
+
+struct Nfa {
+  std::vector<std::vector<NfaEdge>> out;
+  std::vector<ByteSet> sets;
+  int32_t start = 0, final = 1;
+};
+
+struct Budget {
+  Clock::time_point deadline;
+  size_t max_bytes;
+  size_t used = 0;
+  uint32_t max_ms;
+  uint32_t tick = 0;
+  Status Charge(size_t bytes) {
+    used += bytes;
+    if (used > max_bytes) {
+      return ResourceExhausted(fmt::format("grammar compile exceeded {} MiB", max_bytes >> 20));
+    }
+    if ((++tick & 255) == 0 && Clock::now() > deadline) {
+      return ResourceExhausted(fmt::format("grammar compile exceeded {} ms", max_ms));
+    }
+    return Status::Ok();
+  }
+};
+
+class Analysis {
+ public:
+  explicit Analysis(const Grammar& g) : g_(g) {
+    FindRecursive();
+    size_memo_.assign(g.exprs.size(), UINT64_MAX);
+    inline_.assign(g.rules.size(), 0);
+    rule_done_.assign(g.rules.size(), 0);
+  }
+  bool Inlinable(RuleId r) {
+    if (recursive_[r]) return false;
+    if (!rule_done_[r]) {
+      rule_done_[r] = 1;
+      inline_[r] = Size(g_.rules[r].body) <= kInlineMaxStates;
+    }
+    return inline_[r];
+  }
+
+ private:
+  uint64_t Size(ExprId id) {
+    if (size_memo_[id] != UINT64_MAX) return size_memo_[id];
+    const Expr& e = g_.exprs[id];
+    uint64_t s = 1;
+    switch (e.kind) {
+      case ExprKind::kLiteral: s = e.text.size() + 1; break;
+      case ExprKind::kCodePoints: s = 8 + 4 * e.ranges.size(); break;
+      case ExprKind::kSeq:
+      case ExprKind::kAlt:
+        s = 1;
+        for (ExprId c : e.children) s = std::min(kSaturate, s + Size(c));
+        break;
+      case ExprKind::kRepeat: {
+        uint64_t copies = e.max == kUnbounded ? std::max<uint64_t>(e.min, 1) : e.max;
+        s = std::min(kSaturate, Size(e.children[0]) * std::min(copies, kSaturate) + 2);
+        break;
+      }
+      case ExprKind::kRuleRef: s = Inlinable(e.rule) ? Size(g_.rules[e.rule].body) : 1; break;
+      default: break;
+    }
+    return size_memo_[id] = s;
+  }
+
+  // Tarjan's SCC over the rule reference graph; recursive = in a cycle.
+  void FindRecursive() {
+    const size_t n = g_.rules.size();
+    std::vector<std::vector<RuleId>> refs(n);
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<ExprId> todo{g_.rules[r].body};
+      std::vector<uint8_t> seen(g_.exprs.size(), 0);
+      while (!todo.empty()) {
+        ExprId x = todo.back();
+        todo.pop_back();
+        if (seen[x]) continue;
+        seen[x] = 1;
+        const Expr& e = g_.exprs[x];
+        if (e.kind == ExprKind::kRuleRef) refs[r].push_back(e.rule);
+        for (ExprId c : e.children) todo.push_back(c);
+      }
+    }
+    recursive_.assign(n, 0);
+    std::vector<int> index(n, -1), low(n, 0);
+    std::vector<uint8_t> on(n, 0);
+    std::vector<RuleId> st;
+    int counter = 0;
+    // Iterative Tarjan: deep rule chains must not overflow the C++ stack.
+    for (size_t root = 0; root < n; ++root) {
+      if (index[root] >= 0) continue;
+      std::vector<std::pair<RuleId, size_t>> call{{static_cast<RuleId>(root), 0}};
+      while (!call.empty()) {
+        auto& [v, i] = call.back();
+        if (i == 0) {
+          index[v] = low[v] = counter++;
+          st.push_back(v);
+          on[v] = 1;
+        }
+        if (i < refs[v].size()) {
+          RuleId w = refs[v][i++];
+          if (w == v) recursive_[v] = 1;
+          if (index[w] < 0) {
+            call.push_back({w, 0});
+          } else if (on[w]) {
+            low[v] = std::min(low[v], index[w]);
+          }
+          continue;
+        }
+        if (low[v] == index[v]) {
+          std::vector<RuleId> comp;
+          RuleId w;
+          do {
+            w = st.back();
+            st.pop_back();
+            on[w] = 0;
+            comp.push_back(w);
+          } while (w != v);
+          if (comp.size() > 1) {
+            for (RuleId c : comp) recursive_[c] = 1;
+          }
+        }
+        RuleId done = v;
+        call.pop_back();
+        if (!call.empty()) low[call.back().first] = std::min(low[call.back().first], low[done]);
+      }
+    }
+  }
+
+  const Grammar& g_;
+  std::vector<uint8_t> recursive_;
+  std::vector<uint64_t> size_memo_;
+  std::vector<uint8_t> inline_, rule_done_;
+};
+
+class NfaBuilder {
+ public:
+  NfaBuilder(const Grammar& g, Analysis& an, Budget& budget) : g_(g), an_(an), budget_(budget) {}
+
+  Result<Nfa> Build(RuleId unit) {
+    nfa_ = Nfa{};
+    set_index_.clear();
+    NewState();
+    NewState();
+    LADLE_RETURN_IF_ERROR(Emit(g_.rules[unit].body, nfa_.start, nfa_.final, 0));
+    return std::move(nfa_);
+  }
+
+ private:
+  Result<int32_t> NewStateChecked() {
+    LADLE_RETURN_IF_ERROR(budget_.Charge(kNfaStateBytes));
+    return NewState();
+  }
+  int32_t NewState() {
+    nfa_.out.emplace_back();
+    return static_cast<int32_t>(nfa_.out.size() - 1);
+  }
+  int32_t SetIndex(const ByteSet& s) {
+    std::string key(reinterpret_cast<const char*>(s.bits.data()), sizeof(s.bits));
+    auto [it, fresh] = set_index_.try_emplace(key, static_cast<int32_t>(nfa_.sets.size()));
+    if (fresh) nfa_.sets.push_back(s);
+    return it->second;
+  }
+  void Edge(int32_t from, EdgeKind k, int32_t to, int32_t arg = 0) {
+    nfa_.out[from].push_back(NfaEdge{k, to, arg});
+  }
+  void ByteEdge(int32_t from, int32_t to, uint8_t lo, uint8_t hi) {
+    ByteSet s;
+    s.SetRange(lo, hi);
+    Edge(from, EdgeKind::kBytes, to, SetIndex(s));
+  }
+
+  // Adds a path from `from` to `to` matching expression `id`. Fragments only add edges out of
+  // `from` and into `to` (never the reverse), so alternatives may share both ends.
+  Status Emit(ExprId id, int32_t from, int32_t to, int depth) {
+    if (depth > 2000) return ResourceExhausted("grammar expression nesting exceeds 2000 levels");
+    const Expr& e = g_.exprs[id];
+    switch (e.kind) {
+      case ExprKind::kEmpty: Edge(from, EdgeKind::kEps, to); return Status::Ok();
+      case ExprKind::kNothing: return Status::Ok();
+      case ExprKind::kLiteral: {
+        int32_t cur = from;
+        for (size_t i = 0; i < e.text.size(); ++i) {
+          int32_t nxt = to;
+          if (i + 1 < e.text.size()) {
+            LADLE_ASSIGN_OR_RETURN(nxt, NewStateChecked());
+          }
+          auto b = static_cast<uint8_t>(e.text[i]);
+          ByteEdge(cur, nxt, b, b);
+          cur = nxt;
+        }
+        return Status::Ok();
+      }
+      case ExprKind::kByteSet: Edge(from, EdgeKind::kBytes, to, SetIndex(e.bytes)); return Status::Ok();
+      case ExprKind::kCodePoints: {
+        std::vector<Utf8Seq> seqs;
+        for (CodeRange r : e.ranges) SplitUtf8(r.lo, r.hi, seqs);
+        for (const Utf8Seq& s : seqs) {
+          int32_t cur = from;
+          for (int i = 0; i < s.n; ++i) {
+            int32_t nxt = to;
+            if (i + 1 < s.n) {
+              LADLE_ASSIGN_OR_RETURN(nxt, NewStateChecked());
+            }
+            ByteEdge(cur, nxt, s.lo[i], s.hi[i]);
+            cur = nxt;
+          }
+        }
+        return Status::Ok();
+      }
+      case ExprKind::kSpecialToken:
+        Edge(from, EdgeKind::kSpecial, to, static_cast<int32_t>(e.token_id));
+        return Status::Ok();
+      case ExprKind::kSeq: {
+        int32_t cur = from;
+        for (size_t i = 0; i < e.children.size(); ++i) {
+          int32_t nxt = to;
+          if (i + 1 < e.children.size()) {
+            LADLE_ASSIGN_OR_RETURN(nxt, NewStateChecked());
+          }
+          LADLE_RETURN_IF_ERROR(Emit(e.children[i], cur, nxt, depth + 1));
+          cur = nxt;
+        }
+        return Status::Ok();
+      }
+      case ExprKind::kAlt:
+        for (ExprId c : e.children) LADLE_RETURN_IF_ERROR(Emit(c, from, to, depth + 1));
+        return Status::Ok();
+      case ExprKind::kRepeat: return EmitRepeat(e, from, to, depth);
+      case ExprKind::kRuleRef:
+        if (an_.Inlinable(e.rule)) return Emit(g_.rules[e.rule].body, from, to, depth + 1);
+        Edge(from, EdgeKind::kCall, to, e.rule);
+        return Status::Ok();
+    }
+    return Status::Ok();
+  }
+
+  Status EmitRepeat(const Expr& e, int32_t from, int32_t to, int depth) {
+    ExprId x = e.children[0];
+    int32_t cur;
+    LADLE_ASSIGN_OR_RETURN(cur, NewStateChecked());
+    Edge(from, EdgeKind::kEps, cur);
+    for (uint32_t i = 0; i < e.min; ++i) {
+      int32_t nxt;
+      LADLE_ASSIGN_OR_RETURN(nxt, NewStateChecked());
+      LADLE_RETURN_IF_ERROR(Emit(x, cur, nxt, depth + 1));
+      cur = nxt;
+    }
+    if (e.max == kUnbounded) {
+      // cur -x-> back -> cur: a fresh loop state keeps the fragment's ends loop-free.
+      int32_t back;
+      LADLE_ASSIGN_OR_RETURN(back, NewStateChecked());
+      LADLE_RETURN_IF_ERROR(Emit(x, cur, back, depth + 1));
+      Edge(back, EdgeKind::kEps, cur);
+      Edge(cur, EdgeKind::kEps, to);
+      return Status::Ok();
+    }
+    // Optional copies, each able to stop: x{0,n} as n states, not n nested alternations.
+    for (uint32_t i = e.min; i < e.max; ++i) {
+      Edge(cur, EdgeKind::kEps, to);
+      int32_t nxt;
+      LADLE_ASSIGN_OR_RETURN(nxt, NewStateChecked());
+      LADLE_RETURN_IF_ERROR(Emit(x, cur, nxt, depth + 1));
+      cur = nxt;
+    }
+    Edge(cur, EdgeKind::kEps, to);
+    return Status::Ok();
+  }
+
+  const Grammar& g_;
+  Analysis& an_;
+  Budget& budget_;
+  Nfa nfa_;
+  std::unordered_map<std::string, int32_t> set_index_;
+};
+
+// ---- Subset construction -------------------------------------------------------------------
+
+struct VecHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    return XXH3_64bits(v.data(), v.size() * sizeof(int32_t));
+  }
+};
+
+struct Dfa {
+  std::array<uint8_t, 256> class_map{};
+  uint16_t num_classes = 1;
+  std::vector<uint8_t> accepting;
+  std::vector<int32_t> next;  // state * num_classes + class, local ids
+  std::vector<std::vector<std::pair<RuleId, int32_t>>> calls;
+  std::vector<std::vector<std::pair<uint32_t, int32_t>>> specials;
+  size_t size() const { return accepting.size(); }
+};
+
+class Determinizer {
+ public:
+  Determinizer(const Nfa& nfa, Budget& budget) : nfa_(nfa), budget_(budget) {}
+
+  Result<Dfa> Run() {
+    ComputeClasses();
+    mark_.assign(nfa_.out.size(), 0);
+    std::vector<int32_t> s0 = Closure({nfa_.start});
+    Intern(std::move(s0));
+    std::vector<std::vector<int32_t>> bucket(dfa_.num_classes);
+    for (size_t d = 0; d < states_.size(); ++d) {
+      LADLE_RETURN_IF_ERROR(budget_.Charge(kDfaStateBytes + dfa_.num_classes * sizeof(int32_t)));
+      for (auto& b : bucket) b.clear();
+      std::map<RuleId, std::vector<int32_t>> calls;
+      std::map<uint32_t, std::vector<int32_t>> specials;
+      bool acc = false;
+      for (int32_t s : states_[d]) {
+        if (s == nfa_.final) acc = true;
+        for (const NfaEdge& e : nfa_.out[s]) {
+          switch (e.kind) {
+            case EdgeKind::kBytes:
+              for (uint8_t c : set_classes_[e.arg]) bucket[c].push_back(e.to);
+              break;
+            case EdgeKind::kCall: calls[e.arg].push_back(e.to); break;
+            case EdgeKind::kSpecial: specials[static_cast<uint32_t>(e.arg)].push_back(e.to); break;
+            case EdgeKind::kEps: break;
+          }
+        }
+      }
+      dfa_.accepting.push_back(acc);
+      std::vector<int32_t> row(dfa_.num_classes, -1);
+      for (uint16_t c = 0; c < dfa_.num_classes; ++c) {
+        if (!bucket[c].empty()) row[c] = Intern(Closure(bucket[c]));
+      }
+      dfa_.next.insert(dfa_.next.end(), row.begin(), row.end());
+      dfa_.calls.emplace_back();
+      for (auto& [r, targets] : calls) dfa_.calls.back().push_back({r, Intern(Closure(targets))});
+      dfa_.specials.emplace_back();
+      for (auto& [t, targets] : specials) dfa_.specials.back().push_back({t, Intern(Closure(targets))});
+    }
+    return std::move(dfa_);
+  }
+
+ private:
+  void ComputeClasses() {
+    // Refine the partition of 0..255 by every byte set of the NFA.
+    std::array<uint16_t, 256> cls{};
+    uint16_t n = 1;
+    for (const ByteSet& s : nfa_.sets) {
+      std::map<std::pair<uint16_t, bool>, uint16_t> remap;
+      uint16_t m = 0;
+      for (int b = 0; b < 256; ++b) {
+        auto key = std::make_pair(cls[b], s.Has(static_cast<uint8_t>(b)));
+        auto [it, fresh] = remap.try_emplace(key, m);
+        if (fresh) ++m;
+        cls[b] = it->second;
+      }
+      n = m;
+    }
+    dfa_.num_classes = n;
+    for (int b = 0; b < 256; ++b) dfa_.class_map[b] = static_cast<uint8_t>(cls[b]);
+    set_classes_.resize(nfa_.sets.size());
+    for (size_t i = 0; i < nfa_.sets.size(); ++i) {
+      std::vector<uint8_t> seen(n, 0);
+      for (int b = 0; b < 256; ++b) {
+        if (nfa_.sets[i].Has(static_cast<uint8_t>(b)) && !seen[cls[b]]) {
+          seen[cls[b]] = 1;
+          set_classes_[i].push_back(static_cast<uint8_t>(cls[b]));
+        }
+      }
+    }
+  }
+
+  std::vector<int32_t> Closure(const std::vector<int32_t>& seeds) {
+    ++stamp_;
+    std::vector<int32_t> out, todo;
+    for (int32_t s : seeds) {
+      if (mark_[s] != stamp_) {
+        mark_[s] = stamp_;
+        todo.push_back(s);
+      }
+    }
+    while (!todo.empty()) {
+      int32_t s = todo.back();
+      todo.pop_back();
+      out.push_back(s);
+      for (const NfaEdge& e : nfa_.out[s]) {
+        if (e.kind == EdgeKind::kEps && mark_[e.to] != stamp_) {
+          mark_[e.to] = stamp_;
+          todo.push_back(e.to);
+        }
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  int32_t Intern(std::vector<int32_t> set) {
+    auto [it, fresh] = index_.try_emplace(set, static_cast<int32_t>(states_.size()));
+    if (fresh) states_.push_back(std::move(set));
+    return it->second;
+  }
+
+  const Nfa& nfa_;
+  Budget& budget_;
+  Dfa dfa_;
+  std::vector<std::vector<uint8_t>> set_classes_;
+  std::vector<uint32_t> mark_;
+  uint32_t stamp_ = 0;
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> index_;
+  std::vector<std::vector<int32_t>> states_;
+};
+
+// Left recursion: a unit that can call itself before consuming anything. Nullability is a
+// fixpoint (a unit is nullable if its start reaches acceptance through calls of nullable
+// units), then the "left-call" graph must be acyclic.
+Status CheckLeftRecursion(const Automaton& a, const Grammar& g) {
+  const size_t nu = a.unit_start.size();
+  std::vector<uint8_t> nullable(nu, 0);
+  auto left_walk = [&](size_t u, std::vector<int32_t>* called) {
+    std::vector<int32_t> todo{a.unit_start[u]};
+    std::vector<int32_t> seen{a.unit_start[u]};
+    bool acc = false;
+    while (!todo.empty()) {
+      int32_t s = todo.back();
+      todo.pop_back();
+      if (a.accepting[s]) acc = true;
+      for (uint32_t i = a.call_begin[s]; i < a.call_begin[s + 1]; ++i) {
+        const auto& c = a.calls[i];
+        int32_t cu = a.unit_of[c.callee];
+        if (called) called->push_back(cu);
+        if (nullable[cu] && std::find(seen.begin(), seen.end(), c.ret) == seen.end()) {
+          seen.push_back(c.ret);
+          todo.push_back(c.ret);
+        }
+      }
+    }
+    return acc;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t u = 0; u < nu; ++u) {
+      if (!nullable[u] && left_walk(u, nullptr)) nullable[u] = changed = true;
+    }
+  }
+  std::vector<std::vector<int32_t>> left(nu);
+  for (size_t u = 0; u < nu; ++u) left_walk(u, &left[u]);
+  std::vector<uint8_t> color(nu, 0);  // 0 new, 1 on path, 2 done
+  for (size_t root = 0; root < nu; ++root) {
+    if (color[root]) continue;
+    std::vector<std::pair<int32_t, size_t>> st{{static_cast<int32_t>(root), 0}};
+    color[root] = 1;
+    while (!st.empty()) {
+      auto& [u, i] = st.back();
+      if (i < left[u].size()) {
+        int32_t w = left[u][i++];
+        if (color[w] == 1) {
+          return InvalidArgument(fmt::format(
+              "grammar rule '{}' is left-recursive (it can reach itself without consuming input)",
+              g.rules[a.unit_rule[w]].name));
+        }
+        if (color[w] == 0) {
+          color[w] = 1;
+          st.push_back({w, 0});
+        }
+        continue;
+      }
+      color[u] = 2;
+      st.pop_back();
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t Automaton::MemoryBytes() const {
+  return unit_rule.size() * (sizeof(RuleId) + sizeof(int32_t) + 256 + 2) +
+         num_states() * (sizeof(int32_t) + 1 + 3 * sizeof(uint32_t) + sizeof(ByteSet) + sizeof(uint32_t)) +
+         next.size() * sizeof(int32_t) + calls.size() * sizeof(Call) + specials.size() * sizeof(Special);
+}
+
+Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
+                                 Clock::time_point deadline) {
+  Budget budget{deadline, opts.max_memory_bytes, 0, opts.max_compile_ms};
+  Analysis an(g);
+  NfaBuilder nb(g, an, budget);
+  std::vector<RuleId> units{g.root};
+  std::vector<int32_t> unit_of_rule(g.rules.size(), -1);
+  unit_of_rule[g.root] = 0;
+  std::vector<Dfa> dfas;
+  for (size_t u = 0; u < units.size(); ++u) {
+    LADLE_ASSIGN_OR_RETURN(Nfa nfa, nb.Build(units[u]));
+    Determinizer det(nfa, budget);
+    LADLE_ASSIGN_OR_RETURN(Dfa dfa, det.Run());
+    budget.used -= std::min(budget.used, nfa.out.size() * kNfaStateBytes);  // the NFA is freed
+    for (const auto& cs : dfa.calls) {
+      for (const auto& [r, ret] : cs) {
+        if (unit_of_rule[r] < 0) {
+          unit_of_rule[r] = static_cast<int32_t>(units.size());
+          units.push_back(r);
+        }
+      }
+    }
+    dfas.push_back(std::move(dfa));
+  }
+  Automaton a;
+  std::vector<int32_t> base(units.size());
+  size_t total = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    base[u] = static_cast<int32_t>(total);
+    total += dfas[u].size();
+  }
+  if (total > INT32_MAX / 2) return ResourceExhausted("grammar automaton has too many states");
+  a.unit_rule = units;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const Dfa& d = dfas[u];
+    a.unit_start.push_back(base[u]);
+    a.class_map.push_back(d.class_map);
+    a.num_classes.push_back(d.num_classes);
+    for (size_t s = 0; s < d.size(); ++s) {
+      a.unit_of.push_back(static_cast<int32_t>(u));
+      a.accepting.push_back(d.accepting[s]);
+      a.trans_off.push_back(static_cast<uint32_t>(a.next.size()));
+      for (uint16_t c = 0; c < d.num_classes; ++c) {
+        int32_t t = d.next[s * d.num_classes + c];
+        a.next.push_back(t < 0 ? -1 : base[u] + t);
+      }
+      a.call_begin.push_back(static_cast<uint32_t>(a.calls.size()));
+      for (const auto& [r, ret] : d.calls[s]) {
+        a.calls.push_back({base[unit_of_rule[r]], base[u] + ret});
+      }
+      a.special_begin.push_back(static_cast<uint32_t>(a.specials.size()));
+      for (const auto& [t, nx] : d.specials[s]) a.specials.push_back({t, base[u] + nx});
+    }
+  }
+  a.call_begin.push_back(static_cast<uint32_t>(a.calls.size()));
+  a.special_begin.push_back(static_cast<uint32_t>(a.specials.size()));
+  a.start = base[0];
+  LADLE_RETURN_IF_ERROR(CheckLeftRecursion(a, g));
+  if (Clock::now() > deadline) {
+    return ResourceExhausted(fmt::format("grammar compile exceeded {} ms", opts.max_compile_ms));
+  }
+  FinishAutomaton(a);
+  return a;
+}
+
+void FinishAutomaton(Automaton& a) {
+  const size_t n = a.num_states();
+  a.dist.assign(n, kInfDist);
+  auto add = [](uint32_t x, uint32_t y) { return x == kInfDist || y == kInfDist ? kInfDist : x + y; };
+  // Bellman-Ford in reverse state order: subset construction numbers successors after their
+  // predecessors, so straight-line parts converge in one pass and each call level adds one.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = n; i-- > 0;) {
+      uint32_t d = a.accepting[i] ? 0 : kInfDist;
+      const uint16_t nc = a.num_classes[a.unit_of[i]];
+      for (uint16_t c = 0; c < nc; ++c) {
+        int32_t t = a.next[a.trans_off[i] + c];
+        if (t >= 0) d = std::min(d, add(a.dist[t], 1));
+      }
+      for (uint32_t k = a.special_begin[i]; k < a.special_begin[i + 1]; ++k) {
+        d = std::min(d, add(a.dist[a.specials[k].next], 1));
+      }
+      for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
+        d = std::min(d, add(a.dist[a.calls[k].callee], a.dist[a.calls[k].ret]));
+      }
+      if (d < a.dist[i]) {
+        a.dist[i] = d;
+        changed = true;
+      }
+    }
+  }
+  // Prune everything that cannot complete.
+  std::vector<Automaton::Call> calls;
+  std::vector<Automaton::Special> specials;
+  std::vector<uint32_t> cb, sb;
+  a.out_bytes.assign(n, ByteSet{});
+  for (size_t i = 0; i < n; ++i) {
+    const auto& cmap = a.class_map[a.unit_of[i]];
+    const uint16_t nc = a.num_classes[a.unit_of[i]];
+    std::vector<uint8_t> live(nc, 0);
+    for (uint16_t c = 0; c < nc; ++c) {
+      int32_t& t = a.next[a.trans_off[i] + c];
+      if (t >= 0 && a.dist[t] == kInfDist) t = -1;
+      live[c] = t >= 0;
+    }
+    for (int b = 0; b < 256; ++b) {
+      if (live[cmap[b]]) a.out_bytes[i].Set(static_cast<uint8_t>(b));
+    }
+    cb.push_back(static_cast<uint32_t>(calls.size()));
+    for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
+      const auto& c = a.calls[k];
+      if (a.dist[c.callee] != kInfDist && a.dist[c.ret] != kInfDist) calls.push_back(c);
+    }
+    sb.push_back(static_cast<uint32_t>(specials.size()));
+    for (uint32_t k = a.special_begin[i]; k < a.special_begin[i + 1]; ++k) {
+      if (a.dist[a.specials[k].next] != kInfDist) specials.push_back(a.specials[k]);
+    }
+  }
+  cb.push_back(static_cast<uint32_t>(calls.size()));
+  sb.push_back(static_cast<uint32_t>(specials.size()));
+  a.calls = std::move(calls);
+  a.specials = std::move(specials);
+  a.call_begin = std::move(cb);
+  a.special_begin = std::move(sb);
+  if (a.start >= 0 && a.dist[a.start] == kInfDist) a.start = -1;
+}
+
+}  // namespace ladle::grammar

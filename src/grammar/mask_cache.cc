@@ -1,0 +1,195 @@
+// Token classification per DFA state and its caches (mask_cache.h).
+#include "mask_cache.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include <xxhash.h>
+
+#include "matcher_sim.h"
+
+namespace ladle::grammar {
+
+namespace {
+
+// Sub-automata larger than this are not hashed: the hash would cost more than it saves, and
+// such states are rarely shared across grammars anyway.
+constexpr size_t kMaxHashedStates = 4096;
+// The process-wide table stops growing past this (entries already in use stay valid).
+constexpr size_t kSharedCacheMaxBytes = size_t{1} << 30;
+
+struct PairHash {
+  size_t operator()(const std::pair<uint64_t, uint64_t>& k) const { return k.first ^ (k.second * 0x9E3779B97F4A7C15ULL); }
+};
+
+struct SharedCache {
+  std::mutex mu;
+  std::unordered_map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const MaskEntry>, PairHash> map;
+  size_t bytes = 0, hits = 0, misses = 0;
+};
+
+SharedCache& Shared() {
+  static SharedCache* c = new SharedCache();  // never destroyed: matchers may outlive statics
+  return *c;
+}
+
+}  // namespace
+
+void MaskEntry::OrInto(uint64_t* bits) const {
+  if (!accepted_bits.empty()) {
+    for (size_t i = 0; i < accepted_bits.size(); ++i) bits[i] |= accepted_bits[i];
+  } else {
+    for (TokenId id : accepted_ids) bits[id >> 6] |= uint64_t{1} << (id & 63);
+  }
+}
+
+MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
+  Arena arena;
+  Simulator sim(a, arena);
+  const int32_t root = arena.Intern(a, state, kBarrier);
+  std::vector<StackSet> lv(1);
+  sim.Close(std::span<const int32_t>(&root, 1), lv[0]);
+  std::vector<uint8_t> anyb(1, 0);  // anyb[d]: the frame could pop before byte d
+  std::vector<TokenId> acc;
+  MaskEntry e;
+  const size_t n = v.sorted.size();
+  size_t valid = 0;
+  for (size_t i = 0; i < n;) {
+    std::string_view tok = v.SortedBytes(static_cast<uint32_t>(i));
+    const size_t len = tok.size();
+    if (lv.size() < len + 1) {
+      lv.resize(len + 1);
+      anyb.resize(len + 1);
+    }
+    size_t p = std::min<size_t>(v.lcp[i], valid);
+    for (; p < len; ++p) {
+      anyb[p + 1] = anyb[p] || lv[p].barrier;
+      if (!sim.StepByte(lv[p], static_cast<uint8_t>(tok[p]), lv[p + 1])) break;
+    }
+    if (p == len) {
+      acc.push_back(v.sorted[i]);
+      valid = len;
+      ++i;
+      continue;
+    }
+    // Dead at byte p without popping: every token sharing tok[0..p] fails the same way.
+    valid = p;
+    size_t j = i + 1;
+    if (anyb[p + 1]) {
+      e.uncertain.push_back(static_cast<uint32_t>(i));
+      for (; j < n && v.lcp[j] >= p + 1; ++j) e.uncertain.push_back(static_cast<uint32_t>(j));
+    } else {
+      while (j < n && v.lcp[j] >= p + 1) j = v.subtree_end[j];
+    }
+    i = j;
+  }
+  e.accepted_count = acc.size();
+  if (acc.size() * 32 >= v.vocab_size) {
+    e.accepted_bits.assign(v.words(), 0);
+    for (TokenId id : acc) e.accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
+  } else {
+    std::sort(acc.begin(), acc.end());
+    e.accepted_ids = std::move(acc);
+  }
+  return e;
+}
+
+bool StructuralKey(const Automaton& a, int32_t state, std::pair<uint64_t, uint64_t>* key) {
+  // Canonical BFS numbering from `state`; the serialisation of every visited state in that
+  // order is the key's preimage.
+  std::unordered_map<int32_t, uint32_t> num;
+  std::vector<int32_t> order{state};
+  num[state] = 0;
+  std::vector<uint32_t> buf;
+  auto id = [&](int32_t g) -> uint32_t {
+    auto [it, fresh] = num.try_emplace(g, static_cast<uint32_t>(order.size()));
+    if (fresh) order.push_back(g);
+    return it->second;
+  };
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (order.size() > kMaxHashedStates) return false;
+    const int32_t g = order[k];
+    buf.push_back(0xA0000000u | a.accepting[g]);
+    // Byte transitions as runs of equal targets.
+    int32_t run_t = -2;
+    for (int b = 0; b < 256; ++b) {
+      int32_t t = a.Next(g, static_cast<uint8_t>(b));
+      if (t != run_t) {
+        buf.push_back(static_cast<uint32_t>(b));
+        buf.push_back(t < 0 ? UINT32_MAX : id(t));
+        run_t = t;
+      }
+    }
+    buf.push_back(0xB0000000u);
+    for (uint32_t i = a.special_begin[g]; i < a.special_begin[g + 1]; ++i) {
+      buf.push_back(a.specials[i].token);
+      buf.push_back(id(a.specials[i].next));
+    }
+    buf.push_back(0xC0000000u);
+    for (uint32_t i = a.call_begin[g]; i < a.call_begin[g + 1]; ++i) {
+      buf.push_back(id(a.calls[i].callee));
+      buf.push_back(id(a.calls[i].ret));
+    }
+  }
+  XXH128_hash_t h = XXH3_128bits(buf.data(), buf.size() * sizeof(uint32_t));
+  *key = {h.high64, h.low64};
+  return true;
+}
+
+MaskCache::MaskCache(size_t num_states) : slots_(new std::atomic<const MaskEntry*>[num_states]), n_(num_states) {
+  for (size_t i = 0; i < n_; ++i) slots_[i].store(nullptr, std::memory_order_relaxed);
+}
+MaskCache::~MaskCache() = default;
+
+const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
+  if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
+  std::shared_ptr<const MaskEntry> entry;
+  std::pair<uint64_t, uint64_t> key;
+  bool keyed = StructuralKey(a, state, &key);
+  if (keyed) {
+    key.first ^= v.fingerprint;
+    SharedCache& sc = Shared();
+    std::lock_guard<std::mutex> lock(sc.mu);
+    auto it = sc.map.find(key);
+    if (it != sc.map.end()) {
+      entry = it->second;
+      ++sc.hits;
+    } else {
+      ++sc.misses;
+    }
+  }
+  if (!entry) {
+    entry = std::make_shared<const MaskEntry>(ClassifyState(a, v, state));
+    if (keyed) {
+      SharedCache& sc = Shared();
+      std::lock_guard<std::mutex> lock(sc.mu);
+      if (sc.bytes + entry->MemoryBytes() <= kSharedCacheMaxBytes) {
+        auto [it, fresh] = sc.map.try_emplace(key, entry);
+        if (fresh) {
+          sc.bytes += entry->MemoryBytes();
+        } else {
+          entry = it->second;
+        }
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
+  owned_.push_back(entry);
+  bytes_ += entry->MemoryBytes();
+  slots_[state].store(entry.get(), std::memory_order_release);
+  return *entry;
+}
+
+size_t MaskCache::MemoryBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return n_ * sizeof(void*) + bytes_;
+}
+
+SharedMaskCacheStats GetSharedMaskCacheStats() {
+  SharedCache& sc = Shared();
+  std::lock_guard<std::mutex> lock(sc.mu);
+  return {sc.map.size(), sc.bytes, sc.hits, sc.misses};
+}
+
+}  // namespace ladle::grammar

@@ -1,0 +1,68 @@
+// Per-state token classes: for a frame in DFA state s, every non-special token is
+//   accepted  — consumed entirely without popping the frame (whatever is below it),
+//   rejected  — dies without popping the frame,
+//   uncertain — can only continue by popping the frame (depends on the stack below).
+// A mask step ORs the accepted sets of the distinct top states and simulates only the
+// uncertain tokens against the real stacks.
+//
+// Entries are computed on first use (or eagerly) and shared: within a grammar by state, and
+// across grammars through a process-wide table keyed by the structural hash of the
+// sub-automaton reachable from the state plus the vocabulary fingerprint (every JSON string
+// body of every schema is one entry).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "automaton.h"
+#include "token_trie.h"
+
+namespace ladle::grammar {
+
+struct MaskEntry {
+  // Whichever is smaller: a bitset over ids (vocab words) or a sorted id list.
+  std::vector<uint64_t> accepted_bits;
+  std::vector<TokenId> accepted_ids;
+  std::vector<uint32_t> uncertain;  // sorted trie positions
+  size_t accepted_count = 0;
+
+  void OrInto(uint64_t* bits) const;
+  size_t MemoryBytes() const {
+    return sizeof(*this) + accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 4;
+  }
+};
+
+// The classification itself (no caching): a walk of the whole token trie from `state`.
+MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
+
+class MaskCache {
+ public:
+  explicit MaskCache(size_t num_states);
+  ~MaskCache();
+  // Thread-safe; concurrent first uses of one state may both compute it (one result wins).
+  const MaskEntry& Get(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
+  size_t MemoryBytes() const;
+
+ private:
+  std::unique_ptr<std::atomic<const MaskEntry*>[]> slots_;
+  size_t n_;
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<const MaskEntry>> owned_;
+  size_t bytes_ = 0;
+};
+
+// A digest of everything reachable from `state` (transitions, calls, specials, acceptance),
+// independent of state numbering. Two states with equal keys classify every token alike.
+// Returns false when the reachable part is too large to be worth hashing.
+bool StructuralKey(const Automaton& a, int32_t state, std::pair<uint64_t, uint64_t>* key);
+
+// Process-wide cache statistics (tests and bench).
+struct SharedMaskCacheStats {
+  size_t entries = 0, bytes = 0, hits = 0, misses = 0;
+};
+SharedMaskCacheStats GetSharedMaskCacheStats();
+
+}  // namespace ladle::grammar

@@ -1,0 +1,351 @@
+// CompiledGrammar and GrammarMatcher (matcher.h): the per-request pushdown matcher and the
+// token mask (cached accepted sets + simulation of the uncertain tokens only).
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "matcher_impl.h"
+#include "matcher_sim.h"
+
+namespace ladle::grammar {
+
+namespace {
+// Interned stack nodes are garbage once no stack set refers to them; past this many the arena
+// is compacted to the live ones.
+constexpr size_t kCompactNodes = size_t{1} << 20;
+// Jump-forward never returns more than this (a grammar can force arbitrarily long text).
+constexpr size_t kMaxJumpForward = 4096;
+
+inline void SetBit(uint64_t* bits, TokenId id) { bits[id >> 6] |= uint64_t{1} << (id & 63); }
+inline bool HasBit(const uint64_t* bits, TokenId id) { return (bits[id >> 6] >> (id & 63)) & 1; }
+}  // namespace
+
+// ---- CompiledGrammar ------------------------------------------------------------------------
+
+CompiledGrammar::CompiledGrammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompiledGrammar::~CompiledGrammar() = default;
+
+std::shared_ptr<const CompiledGrammar> FinishCompiled(std::unique_ptr<CompiledGrammar::Impl> impl, bool eager) {
+  impl->cache = std::make_unique<MaskCache>(impl->automaton.num_states());
+  auto cg = std::make_shared<const CompiledGrammar>(std::move(impl));
+  if (eager) {
+    const Automaton& a = cg->impl().automaton;
+    for (size_t g = 0; g < a.num_states(); ++g) {
+      if (a.HasBytes(static_cast<int32_t>(g))) {
+        cg->impl().cache->Get(a, cg->vocab().impl(), static_cast<int32_t>(g));
+      }
+    }
+  }
+  return cg;
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
+    const Grammar& grammar, std::shared_ptr<const TokenVocabulary> vocab, const CompileOptions& opts) {
+  if (!vocab) return InvalidArgument("CompiledGrammar::Compile: no vocabulary");
+  if (grammar.rules.empty() || grammar.root < 0 || static_cast<size_t>(grammar.root) >= grammar.rules.size()) {
+    return InvalidArgument("grammar has no root rule");
+  }
+  for (const Rule& r : grammar.rules) {
+    if (r.body < 0 || static_cast<size_t>(r.body) >= grammar.exprs.size()) {
+      return InvalidArgument(fmt::format("grammar rule '{}' is not defined", r.name));
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.max_compile_ms);
+  auto impl = std::make_unique<Impl>();
+  LADLE_ASSIGN_OR_RETURN(impl->automaton, BuildAutomaton(grammar, opts, deadline));
+  impl->grammar = grammar;
+  impl->vocab = std::move(vocab);
+  return FinishCompiled(std::move(impl), opts.eager_mask_cache);
+}
+
+const TokenVocabulary& CompiledGrammar::vocab() const { return *impl_->vocab; }
+const Grammar& CompiledGrammar::grammar() const { return impl_->grammar; }
+size_t CompiledGrammar::MemoryBytes() const {
+  size_t ir = impl_->grammar.exprs.size() * sizeof(Expr) + impl_->grammar.rules.size() * sizeof(Rule);
+  return sizeof(Impl) + ir + impl_->automaton.MemoryBytes() + impl_->cache->MemoryBytes();
+}
+
+// ---- GrammarMatcher -------------------------------------------------------------------------
+
+struct GrammarMatcher::Impl {
+  Impl(std::shared_ptr<const CompiledGrammar> g, const MatcherOptions& o)
+      : cg(std::move(g)), a(cg->impl().automaton), v(cg->vocab().impl()), opts(o), sim(a, arena) {
+    ResetState();
+  }
+
+  struct Snapshot {
+    StackSet set;
+    bool terminated;
+  };
+
+  std::shared_ptr<const CompiledGrammar> cg;
+  const Automaton& a;
+  const TokenVocabulary::Impl& v;
+  MatcherOptions opts;
+  Arena arena;
+  Simulator sim;
+  StackSet cur;
+  bool terminated = false;
+  std::deque<Snapshot> history;
+  std::optional<uint32_t> remaining;
+  bool forced = false;
+  // Scratch.
+  std::vector<StackSet> levels;
+  std::vector<int32_t> states;
+  std::vector<uint32_t> cand;
+
+  void ResetState() {
+    arena.Clear();
+    history.clear();
+    terminated = false;
+    forced = false;
+    remaining.reset();
+    cur = StackSet{};
+    if (a.start >= 0) {
+      int32_t root = arena.Intern(a, a.start, kEnd);
+      sim.Close(std::span<const int32_t>(&root, 1), cur);
+    }
+  }
+
+  bool IsEos(TokenId id) const { return std::binary_search(v.eos.begin(), v.eos.end(), id); }
+
+  // The set after `id`, or nullopt. Never changes the matcher.
+  bool Advance(TokenId id, StackSet& out) {
+    if (id >= v.vocab_size) return false;
+    StackSet by_special;
+    bool sp = sim.StepSpecial(cur, id, by_special);
+    bool by = false;
+    if (!v.special[id] && !v.bytes[id].empty()) by = sim.StepBytes(cur, v.bytes[id], out);
+    if (!sp) return by;
+    if (!by) {
+      out = std::move(by_special);
+      return true;
+    }
+    out.tops.insert(out.tops.end(), by_special.tops.begin(), by_special.tops.end());
+    std::sort(out.tops.begin(), out.tops.end());
+    out.tops.erase(std::unique(out.tops.begin(), out.tops.end()), out.tops.end());
+    out.can_end |= by_special.can_end;
+    return true;
+  }
+
+  void Push(StackSet next, bool term) {
+    if (opts.max_rollback > 0) {
+      history.push_back({std::move(cur), terminated});
+      if (history.size() > opts.max_rollback) history.pop_front();
+    }
+    cur = std::move(next);
+    terminated = term;
+    if (arena.size() > kCompactNodes) Compact();
+  }
+
+  // Re-interns the live stacks into a fresh arena.
+  void Compact() {
+    Arena fresh;
+    std::unordered_map<int32_t, int32_t> map;
+    std::vector<int32_t> chain;
+    auto remap = [&](int32_t n) {
+      chain.clear();
+      for (int32_t x = n; x >= 0 && !map.count(x); x = arena[x].parent) chain.push_back(x);
+      for (size_t i = chain.size(); i-- > 0;) {
+        int32_t x = chain[i];
+        int32_t p = arena[x].parent;
+        int32_t np = p >= 0 ? map.at(p) : p;
+        map[x] = fresh.Intern(a, arena[x].state, np);
+      }
+      return map.at(n);
+    };
+    auto remap_set = [&](StackSet& s) {
+      for (int32_t& t : s.tops) t = remap(t);
+      std::sort(s.tops.begin(), s.tops.end());
+    };
+    remap_set(cur);
+    for (Snapshot& h : history) remap_set(h.set);
+    arena = std::move(fresh);
+  }
+
+  void FillMask(uint64_t* bits) {
+    const size_t words = v.words();
+    std::fill(bits, bits + words, 0);
+    auto set_eos = [&] {
+      for (TokenId e : v.eos) SetBit(bits, e);
+    };
+    if (terminated) {
+      set_eos();
+      return;
+    }
+    if (cur.can_end) set_eos();
+    states.clear();
+    for (int32_t n : cur.tops) {
+      const int32_t g = arena[n].state;
+      for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1]; ++k) {
+        if (a.specials[k].token < v.vocab_size) SetBit(bits, a.specials[k].token);
+      }
+      if (a.HasBytes(g)) states.push_back(g);
+    }
+    std::sort(states.begin(), states.end());
+    states.erase(std::unique(states.begin(), states.end()), states.end());
+    std::vector<const MaskEntry*> entries;
+    entries.reserve(states.size());
+    for (int32_t g : states) {
+      entries.push_back(&cg->impl().cache->Get(a, v, g));
+      entries.back()->OrInto(bits);
+    }
+    cand.clear();
+    for (const MaskEntry* e : entries) {
+      for (uint32_t pos : e->uncertain) {
+        if (!HasBit(bits, v.sorted[pos])) cand.push_back(pos);
+      }
+    }
+    if (entries.size() > 1) {
+      std::sort(cand.begin(), cand.end());
+      cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+    }
+    WalkTokens(sim, v, cur, cand, levels, [&](uint32_t pos, const StackSet&) { SetBit(bits, v.sorted[pos]); });
+    if (opts.budget_aware && remaining) ApplyBudget(bits);
+  }
+
+  // Keeps only tokens after which the shortest completion still fits in remaining - 1.
+  void ApplyBudget(uint64_t* bits) {
+    const uint32_t r = *remaining;
+    const uint32_t shortest = sim.Shortest(cur);
+    if (shortest == kInfDist || static_cast<uint64_t>(r) > static_cast<uint64_t>(shortest) + opts.margin) return;
+    const uint32_t limit = r == 0 ? 0 : r - 1;
+    // Post-token shortest completion for every allowed token.
+    std::vector<std::pair<TokenId, uint32_t>> after;
+    for (TokenId e : v.eos) {
+      if (HasBit(bits, e)) after.push_back({e, 0});
+    }
+    for (int32_t n : cur.tops) {
+      const int32_t g = arena[n].state;
+      for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1]; ++k) {
+        TokenId t = a.specials[k].token;
+        if (t >= v.vocab_size || IsEos(t)) continue;
+        StackSet s;
+        if (Advance(t, s)) after.push_back({t, sim.Shortest(s)});
+      }
+    }
+    cand.clear();
+    for (uint32_t pos = 0; pos < v.sorted.size(); ++pos) {
+      if (HasBit(bits, v.sorted[pos])) cand.push_back(pos);
+    }
+    WalkTokens(sim, v, cur, cand, levels,
+               [&](uint32_t pos, const StackSet& end) { after.push_back({v.sorted[pos], sim.Shortest(end)}); });
+    uint32_t best = kInfDist;
+    for (auto& [t, d] : after) best = std::min(best, d);
+    // Nothing fits (the budget was already too small): keep the tokens that get closest.
+    const uint32_t keep = best > limit ? best : limit;
+    bool removed = false;
+    std::vector<uint64_t> out(v.words(), 0);
+    for (auto& [t, d] : after) {
+      if (d <= keep) {
+        SetBit(out.data(), t);
+      }
+    }
+    for (size_t w = 0; w < out.size(); ++w) {
+      if (out[w] != bits[w]) removed = true;
+      bits[w] = out[w];
+    }
+    if (removed) forced = true;
+  }
+
+  std::string JumpForward() {
+    std::string out;
+    if (terminated) return out;
+    StackSet s = cur, nx;
+    while (out.size() < kMaxJumpForward) {
+      if (s.can_end || s.tops.empty()) break;
+      ByteSet any;
+      bool special = false;
+      for (int32_t n : s.tops) {
+        const int32_t g = arena[n].state;
+        if (a.HasSpecials(g)) special = true;
+        for (int w = 0; w < 4; ++w) any.bits[w] |= a.out_bytes[g].bits[w];
+      }
+      if (special) break;
+      int count = 0, only = -1;
+      for (int w = 0; w < 4; ++w) count += __builtin_popcountll(any.bits[w]);
+      if (count != 1) break;
+      for (int b = 0; b < 256; ++b) {
+        if (any.Has(static_cast<uint8_t>(b))) only = b;
+      }
+      if (!sim.StepByte(s, static_cast<uint8_t>(only), nx)) break;
+      out.push_back(static_cast<char>(only));
+      std::swap(s, nx);
+    }
+    // Never end inside a code point: drop an incomplete trailing UTF-8 sequence.
+    size_t i = out.size(), cont = 0;
+    while (i > 0 && cont < 4 && (static_cast<uint8_t>(out[i - 1]) & 0xC0) == 0x80) {
+      --i;
+      ++cont;
+    }
+    if (i > 0) {
+      auto lead = static_cast<uint8_t>(out[i - 1]);
+      size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+      if (need > cont + 1) out.resize(i - 1);
+    }
+    return out;
+  }
+};
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, const MatcherOptions& opts)
+    : impl_(std::make_unique<Impl>(std::move(grammar), opts)) {}
+GrammarMatcher::~GrammarMatcher() = default;
+GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
+GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
+
+void GrammarMatcher::FillNextTokenMask(uint64_t* bits) { impl_->FillMask(bits); }
+
+bool GrammarMatcher::AcceptToken(TokenId id) {
+  Impl& m = *impl_;
+  if (id >= m.v.vocab_size) return false;
+  if (m.IsEos(id)) {
+    if (!m.terminated && !m.cur.can_end) return false;
+    m.Push(m.cur, true);
+    return true;
+  }
+  if (m.terminated) return false;
+  StackSet next;
+  if (!m.Advance(id, next)) return false;
+  m.Push(std::move(next), false);
+  return true;
+}
+
+bool GrammarMatcher::AcceptString(std::string_view bytes) {
+  Impl& m = *impl_;
+  if (m.terminated) return bytes.empty();
+  StackSet next;
+  if (!m.sim.StepBytes(m.cur, bytes, next)) return false;
+  m.Push(std::move(next), false);
+  return true;
+}
+
+Status GrammarMatcher::Rollback(uint32_t n) {
+  Impl& m = *impl_;
+  if (n > m.history.size()) {
+    return OutOfRange(fmt::format("cannot roll back {} tokens: only {} can be undone", n, m.history.size()));
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    m.cur = std::move(m.history.back().set);
+    m.terminated = m.history.back().terminated;
+    m.history.pop_back();
+  }
+  return Status::Ok();
+}
+
+std::string GrammarMatcher::FindJumpForwardString() { return impl_->JumpForward(); }
+bool GrammarMatcher::CanTerminate() const { return impl_->terminated || impl_->cur.can_end; }
+bool GrammarMatcher::IsTerminated() const { return impl_->terminated; }
+void GrammarMatcher::Reset() { impl_->ResetState(); }
+void GrammarMatcher::SetRemainingTokens(uint32_t remaining) { impl_->remaining = remaining; }
+
+uint32_t GrammarMatcher::ShortestCompletionTokens() const {
+  if (impl_->terminated) return 0;
+  return impl_->sim.Shortest(impl_->cur);
+}
+
+bool GrammarMatcher::ForcedByBudget() const { return impl_->forced; }
+
+}  // namespace ladle::grammar

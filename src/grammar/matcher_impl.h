@@ -1,0 +1,22 @@
+// CompiledGrammar's internals (shared by matcher.cc and serialize.cc).
+#pragma once
+
+#include <memory>
+
+#include "automaton.h"
+#include "ladle/grammar/matcher.h"
+#include "mask_cache.h"
+
+namespace ladle::grammar {
+
+struct CompiledGrammar::Impl {
+  Grammar grammar;
+  std::shared_ptr<const TokenVocabulary> vocab;
+  Automaton automaton;
+  std::unique_ptr<MaskCache> cache;  // lazily filled; internally synchronised
+};
+
+// Builds the Impl's cache and, with `eager`, classifies every state that can be a stack top.
+std::shared_ptr<const CompiledGrammar> FinishCompiled(std::unique_ptr<CompiledGrammar::Impl> impl, bool eager);
+
+}  // namespace ladle::grammar

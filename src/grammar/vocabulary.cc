@@ -1,0 +1,138 @@
+// TokenVocabulary: token bytes by id and the sorted token trie (token_trie.h).
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "ladle/tokenizer/tokenizer.h"
+#include "token_trie.h"
+
+namespace ladle::grammar {
+
+namespace {
+
+Status BuildTrie(TokenVocabulary::Impl& v) {
+  v.position.assign(v.vocab_size, UINT32_MAX);
+  v.sorted.clear();
+  for (TokenId id = 0; id < v.vocab_size; ++id) {
+    if (!v.special[id] && !v.bytes[id].empty()) v.sorted.push_back(id);
+  }
+  // Ties (two ids with the same bytes) are ordered by id so the order is deterministic.
+  std::sort(v.sorted.begin(), v.sorted.end(), [&](TokenId a, TokenId b) {
+    int c = v.bytes[a].compare(v.bytes[b]);
+    return c != 0 ? c < 0 : a < b;
+  });
+  const size_t n = v.sorted.size();
+  v.lcp.assign(n, 0);
+  v.subtree_end.assign(n, static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    v.position[v.sorted[i]] = static_cast<uint32_t>(i);
+    if (i == 0) continue;
+    std::string_view a = v.bytes[v.sorted[i - 1]], b = v.bytes[v.sorted[i]];
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    if (k > UINT16_MAX) return InvalidArgument("token longer than 65535 bytes");
+    v.lcp[i] = static_cast<uint16_t>(k);
+  }
+  // subtree_end[i]: the first j > i with lcp < len(i) somewhere in (i, j]. A stack of open
+  // tokens, closed when a later lcp drops below their length.
+  std::vector<uint32_t> open;
+  for (size_t j = 0; j < n; ++j) {
+    while (!open.empty() && v.lcp[j] < v.bytes[v.sorted[open.back()]].size()) {
+      v.subtree_end[open.back()] = static_cast<uint32_t>(j);
+      open.pop_back();
+    }
+    open.push_back(static_cast<uint32_t>(j));
+  }
+  return Status::Ok();
+}
+
+uint64_t Digest(const TokenVocabulary::Impl& v) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  uint64_t n = v.vocab_size;
+  XXH3_64bits_update(st, &n, sizeof n);
+  for (TokenId e : v.eos) XXH3_64bits_update(st, &e, sizeof e);
+  for (size_t id = 0; id < v.vocab_size; ++id) {
+    uint32_t len = static_cast<uint32_t>(v.bytes[id].size()) | (v.special[id] ? 0x80000000u : 0);
+    XXH3_64bits_update(st, &len, sizeof len);
+    XXH3_64bits_update(st, v.bytes[id].data(), v.bytes[id].size());
+  }
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+Result<std::shared_ptr<const TokenVocabulary>> Finish(std::unique_ptr<TokenVocabulary::Impl> v) {
+  for (TokenId e : v->eos) {
+    if (e >= v->vocab_size) return InvalidArgument(fmt::format("eos id {} is past the vocabulary", e));
+  }
+  std::sort(v->eos.begin(), v->eos.end());
+  v->eos.erase(std::unique(v->eos.begin(), v->eos.end()), v->eos.end());
+  // EOS is never spelled by bytes: it is allowed exactly when the grammar can end.
+  for (TokenId e : v->eos) {
+    v->special[e] = 1;
+    v->bytes[e].clear();
+  }
+  for (TokenId id = 0; id < v->vocab_size; ++id) {
+    if (v->special[id]) v->special_ids.push_back(id);
+  }
+  LADLE_RETURN_IF_ERROR(BuildTrie(*v));
+  v->fingerprint = Digest(*v);
+  return std::make_shared<const TokenVocabulary>(std::move(v));
+}
+
+}  // namespace
+
+TokenVocabulary::TokenVocabulary(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TokenVocabulary::~TokenVocabulary() = default;
+
+Result<std::shared_ptr<const TokenVocabulary>> TokenVocabulary::FromTokenizer(
+    const tokenizer::Tokenizer& tok, std::vector<TokenId> eos, size_t vocab_size) {
+  auto v = std::make_unique<Impl>();
+  v->vocab_size = std::max(vocab_size, tok.VocabSize());
+  v->eos = std::move(eos);
+  v->bytes.resize(v->vocab_size);
+  v->special.assign(v->vocab_size, 0);
+  const size_t n = tok.VocabSize();
+  for (TokenId id = 0; id < n; ++id) {
+    if (!tok.IsValidId(id)) continue;  // a hole in the id space: never allowed
+    if (tok.IsAddedToken(id)) {
+      v->special[id] = 1;
+      continue;
+    }
+    TokenId one[1] = {id};
+    auto bytes = tok.Decode(one);
+    if (!bytes.ok()) continue;
+    v->bytes[id] = std::move(bytes).value();
+  }
+  return Finish(std::move(v));
+}
+
+Result<std::shared_ptr<const TokenVocabulary>> TokenVocabulary::FromTokens(
+    std::vector<std::string> tokens, std::vector<TokenId> special, std::vector<TokenId> eos,
+    size_t vocab_size) {
+  auto v = std::make_unique<Impl>();
+  v->vocab_size = std::max(vocab_size, tokens.size());
+  v->eos = std::move(eos);
+  v->bytes = std::move(tokens);
+  v->bytes.resize(v->vocab_size);
+  v->special.assign(v->vocab_size, 0);
+  for (TokenId s : special) {
+    if (s >= v->vocab_size) return InvalidArgument(fmt::format("special id {} is past the vocabulary", s));
+    v->special[s] = 1;
+    v->bytes[s].clear();
+  }
+  return Finish(std::move(v));
+}
+
+size_t TokenVocabulary::vocab_size() const { return impl_->vocab_size; }
+std::span<const TokenId> TokenVocabulary::eos() const { return impl_->eos; }
+std::string_view TokenVocabulary::TokenBytes(TokenId id) const {
+  return id < impl_->vocab_size ? std::string_view(impl_->bytes[id]) : std::string_view();
+}
+bool TokenVocabulary::IsSpecial(TokenId id) const { return id < impl_->vocab_size && impl_->special[id]; }
+uint64_t TokenVocabulary::Fingerprint() const { return impl_->fingerprint; }
+
+}  // namespace ladle::grammar

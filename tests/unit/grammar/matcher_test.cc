@@ -1,0 +1,240 @@
+// GrammarMatcher masks against brute force: for every id, bit set <=> a fresh matcher replaying
+// the same prefix accepts the id <=> the reference recognizer (Earley over the IR) says the
+// prefix plus the token is a prefix of the language. Random mask-respecting walks cover deep
+// states; special tokens, EOS and non-token ids are checked by kind.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ladle/grammar/matcher.h"
+#include "ladle/tokenizer/tokenizer.h"
+#include "matcher_test_util.h"
+#include "reference_recognizer.h"
+#include "test_data.h"
+
+namespace ladle::grammar {
+namespace {
+
+using testing::Bit;
+using testing::Mask;
+
+std::vector<Symbol> Symbols(const TokenVocabulary& v, const std::vector<TokenId>& ids) {
+  std::vector<Symbol> out;
+  for (TokenId id : ids) {
+    if (v.IsSpecial(id)) {
+      out.push_back(SpecialSymbol(id));
+    } else {
+      for (char c : v.TokenBytes(id)) out.push_back(ByteSymbol(static_cast<uint8_t>(c)));
+    }
+  }
+  return out;
+}
+
+bool IsEos(const TokenVocabulary& v, TokenId id) {
+  for (TokenId e : v.eos()) {
+    if (e == id) return true;
+  }
+  return false;
+}
+
+// Checks one step exhaustively; returns the mask.
+std::vector<uint64_t> CheckStep(const std::shared_ptr<const CompiledGrammar>& cg, const ReferenceRecognizer& ref,
+                                const std::vector<TokenId>& prefix, GrammarMatcher& m) {
+  const TokenVocabulary& v = cg->vocab();
+  auto bits = Mask(m, v.vocab_size());
+  std::vector<Symbol> base = Symbols(v, prefix);
+  for (TokenId id = 0; id < v.vocab_size(); ++id) {
+    GrammarMatcher fresh(cg);
+    for (TokenId p : prefix) EXPECT_TRUE(fresh.AcceptToken(p));
+    const bool accepted = fresh.AcceptToken(id);
+    bool expect;
+    if (IsEos(v, id)) {
+      expect = ref.Matches(base);
+    } else if (v.IsSpecial(id)) {
+      std::vector<Symbol> s = base;
+      s.push_back(SpecialSymbol(id));
+      expect = ref.IsPrefix(s);
+    } else if (v.TokenBytes(id).empty()) {
+      expect = false;  // not a token
+    } else {
+      std::vector<Symbol> s = base;
+      for (char c : v.TokenBytes(id)) s.push_back(ByteSymbol(static_cast<uint8_t>(c)));
+      expect = ref.IsPrefix(s);
+    }
+    EXPECT_EQ(Bit(bits, id), accepted) << "id " << id << " after " << prefix.size() << " tokens";
+    EXPECT_EQ(Bit(bits, id), expect) << "id " << id << " '" << v.TokenBytes(id) << "' after " << prefix.size()
+                                     << " tokens";
+  }
+  return bits;
+}
+
+void RandomWalks(const Grammar& g, int walks, int steps, uint32_t seed) {
+  auto vocab = testing::SmallVocab();
+  auto cg = CompiledGrammar::Compile(g, vocab);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  auto ref = ReferenceRecognizer::Create(g);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  std::mt19937 rng(seed);
+  for (int w = 0; w < walks; ++w) {
+    GrammarMatcher m(*cg);
+    std::vector<TokenId> prefix;
+    for (int s = 0; s < steps && !m.IsTerminated(); ++s) {
+      auto bits = CheckStep(*cg, *ref, prefix, m);
+      std::vector<TokenId> allowed;
+      for (TokenId id = 0; id < vocab->vocab_size(); ++id) {
+        if (Bit(bits, id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      TokenId pick = allowed[rng() % allowed.size()];
+      // Prefer continuing over stopping so walks get deep.
+      if (IsEos(*vocab, pick) && allowed.size() > 1 && rng() % 4) pick = allowed[(rng() % (allowed.size() - 1))];
+      ASSERT_TRUE(m.AcceptToken(pick));
+      prefix.push_back(pick);
+      if (IsEos(*vocab, pick)) {
+        EXPECT_TRUE(m.IsTerminated());
+        auto after = Mask(m, vocab->vocab_size());
+        EXPECT_EQ(testing::Count(after), 1u);
+        EXPECT_TRUE(Bit(after, testing::kEos));
+      }
+    }
+  }
+}
+
+TEST(Matcher, JsonMasksMatchBruteForce) { RandomWalks(testing::JsonGrammar(), 12, 30, 1); }
+
+TEST(Matcher, StringHeavyMasksMatchBruteForce) { RandomWalks(testing::StringHeavyGrammar(), 8, 25, 2); }
+
+TEST(Matcher, NestedRecursionMasksMatchBruteForce) {
+  GrammarBuilder b;
+  RuleId r = b.DeclareRule("root");
+  b.DefineRule(r, b.Alt({b.Seq({b.Literal("("), b.Ref(r), b.Literal(")")}), b.Literal("x")}));
+  auto g = b.Build(r);
+  ASSERT_TRUE(g.ok());
+  RandomWalks(*g, 10, 20, 3);
+}
+
+TEST(Matcher, NullableCallsAndSpecialTokens) {
+  GrammarBuilder b;
+  RuleId a = b.AddRule("as", b.Star(b.Literal("a")));
+  RuleId bb = b.AddRule("maybe_b", b.Optional(b.Literal("b")));
+  RuleId tail = b.DeclareRule("tail");
+  b.DefineRule(tail, b.Alt({b.Empty(), b.Seq({b.Literal("c"), b.Ref(tail)})}));
+  RuleId root = b.AddRule("root", b.Seq({b.Ref(a), b.Ref(bb), b.SpecialToken(testing::kSpecialA), b.Ref(tail),
+                                         b.Optional(b.SpecialToken(testing::kSpecialB))}));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok());
+  RandomWalks(*g, 10, 15, 4);
+}
+
+TEST(Matcher, CodePointsAcrossTokenBoundaries) {
+  GrammarBuilder b;
+  RuleId root = b.AddRule("root", b.Plus(b.CodePoints({{0xE9, 0xE9}, {0x4E2D, 0x4E2D}, {'a', 'c'}})));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok());
+  RandomWalks(*g, 10, 12, 5);
+}
+
+TEST(Matcher, NonTokensAndSpecialsNeverMatchBytes) {
+  auto vocab = testing::SmallVocab();
+  GrammarBuilder b;
+  RuleId root = b.AddRule("root", b.Star(b.AnyCodePoint()));
+  auto cg = CompiledGrammar::Compile(*b.Build(root), vocab);
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher m(*cg);
+  auto bits = Mask(m, vocab->vocab_size());
+  for (TokenId id = testing::kNumTokens; id < testing::kVocabSize; ++id) EXPECT_FALSE(Bit(bits, id));
+  EXPECT_FALSE(Bit(bits, testing::kSpecialA));
+  EXPECT_FALSE(Bit(bits, testing::kSpecialB));
+  EXPECT_TRUE(Bit(bits, testing::kEos));
+  EXPECT_FALSE(m.AcceptToken(testing::kSpecialA));
+  EXPECT_FALSE(m.AcceptToken(testing::kVocabSize - 1));
+  EXPECT_FALSE(m.AcceptToken(1000000));
+  EXPECT_TRUE(Bit(bits, 36));  // "\xC3" alone is a prefix of a code point
+  (void)bits;
+}
+
+TEST(Matcher, EosExactlyWhenTheGrammarCanEnd) {
+  auto vocab = testing::SmallVocab();
+  GrammarBuilder b;
+  RuleId root = b.AddRule("root", b.Seq({b.Literal("ab"), b.Optional(b.Literal("c"))}));
+  auto cg = CompiledGrammar::Compile(*b.Build(root), vocab);
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher m(*cg);
+  EXPECT_FALSE(m.CanTerminate());
+  EXPECT_FALSE(m.AcceptToken(testing::kEos));
+  ASSERT_TRUE(m.AcceptToken(20));  // "ab"
+  EXPECT_TRUE(m.CanTerminate());
+  EXPECT_TRUE(Bit(Mask(m, vocab->vocab_size()), testing::kEos));
+  ASSERT_TRUE(m.AcceptToken(2));  // "c"
+  EXPECT_TRUE(m.CanTerminate());
+  auto bits = Mask(m, vocab->vocab_size());
+  EXPECT_EQ(testing::Count(bits), 1u);
+  ASSERT_TRUE(m.AcceptToken(testing::kEos));
+  EXPECT_TRUE(m.IsTerminated());
+  EXPECT_FALSE(m.AcceptToken(0));
+}
+
+TEST(Matcher, LeftRecursionIsRejectedNamingTheRule) {
+  auto vocab = testing::SmallVocab();
+  GrammarBuilder b;
+  RuleId e = b.DeclareRule("expr");
+  RuleId opt = b.AddRule("opt", b.Optional(b.Literal("-")));
+  b.DefineRule(e, b.Alt({b.Seq({b.Ref(opt), b.Ref(e), b.Literal("+a")}), b.Literal("a")}));
+  auto cg = CompiledGrammar::Compile(*b.Build(e), vocab);
+  ASSERT_FALSE(cg.ok());
+  EXPECT_EQ(cg.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cg.status().message().find("'expr'"), std::string::npos) << cg.status().message();
+}
+
+TEST(Matcher, EmptyLanguageAllowsNothing) {
+  auto vocab = testing::SmallVocab();
+  GrammarBuilder b;
+  RuleId loop = b.DeclareRule("loop");
+  b.DefineRule(loop, b.Seq({b.Literal("a"), b.Ref(loop)}));  // no base case
+  auto cg = CompiledGrammar::Compile(*b.Build(loop), vocab);
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher m(*cg);
+  EXPECT_EQ(testing::Count(Mask(m, vocab->vocab_size())), 0u);
+  EXPECT_FALSE(m.AcceptToken(0));
+}
+
+// The real DeepSeek vocabulary: every one of the 129,280 ids checked against AcceptToken and
+// the reference recognizer at a few points of a JSON document.
+TEST(Matcher, DeepSeekVocabMatchesBruteForce) {
+  const std::string path = ladle::testing::TokenizerPath();
+  LADLE_REQUIRE_DATA(path);
+  auto tok = tokenizer::Tokenizer::FromFile(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto vocab = TokenVocabulary::FromTokenizer(*tok, {1});
+  ASSERT_TRUE(vocab.ok());
+  EXPECT_EQ((*vocab)->vocab_size(), 129280u);
+  EXPECT_TRUE((*vocab)->IsSpecial(1));
+  EXPECT_TRUE((*vocab)->IsSpecial(128000));
+  Grammar g = testing::JsonGrammar();
+  auto cg = CompiledGrammar::Compile(g, *vocab);
+  ASSERT_TRUE(cg.ok());
+  auto ref = ReferenceRecognizer::Create(g);
+  ASSERT_TRUE(ref.ok());
+  for (std::string prefix : {std::string(""), std::string("{\"ke"), std::string("[1, {\"a\": [tr"),
+                             std::string("{\"a\": \"x\\")}) {
+    GrammarMatcher m(*cg);
+    ASSERT_TRUE(m.AcceptString(prefix));
+    auto bits = Mask(m, 129280);
+    size_t allowed = 0;
+    for (TokenId id = 0; id < 129280; ++id) {
+      const bool bit = Bit(bits, id);
+      allowed += bit;
+      bool accepted = m.AcceptToken(id);
+      if (accepted) ASSERT_TRUE(m.Rollback(1).ok());
+      ASSERT_EQ(bit, accepted) << "id " << id << " prefix '" << prefix << "'";
+      std::string_view bytes = (*vocab)->TokenBytes(id);
+      bool expect = id == 1 ? ref->Matches(prefix)
+                            : !bytes.empty() && ref->IsPrefix(prefix + std::string(bytes));
+      ASSERT_EQ(bit, expect) << "id " << id << " '" << bytes << "' prefix '" << prefix << "'";
+    }
+    EXPECT_GT(allowed, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace ladle::grammar
