@@ -35,6 +35,7 @@ struct ServeOpts {
   std::string served_model_name = "ladle";
   std::string model_version = "v3.2";
   std::string model;  // weights folder; empty: built-in seeded model
+  std::string model_config;  // config.json for the built-in seeded model (e.g. a tiny one for load tests)
   std::string tokenizer = DefaultTokenizerPath();
   std::string api_key_file;
   int max_queue = 256;
@@ -105,7 +106,18 @@ int RunServe(const ServeOpts& opts) {
   }
 
   engine::ModelConfig model_config;
-  if (!opts.model.empty()) {
+  if (!opts.model.empty() && !opts.model_config.empty()) {
+    LADLE_LOG_ERROR("serve.failed error='--model and --model-config exclude each other'");
+    return 2;
+  }
+  if (!opts.model_config.empty()) {
+    auto mc = engine::ModelConfig::FromFile(opts.model_config);
+    if (!mc.ok()) {
+      LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(mc.status().ToString()));
+      return 1;
+    }
+    model_config = *mc;
+  } else if (!opts.model.empty()) {
     auto mc = engine::ModelConfig::FromFile(opts.model + "/config.json");
     if (!mc.ok()) {
       LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(mc.status().ToString()));
@@ -172,6 +184,8 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_option("--served-model-name", opts->served_model_name, "the model name clients must use")->capture_default_str();
   cmd->add_option("--model-version", opts->model_version, "prompt encoder: v3, r1, v3.1, v3.2, v4")->capture_default_str();
   cmd->add_option("--model", opts->model, "weights folder (config.json + *.safetensors); default: built-in");
+  cmd->add_option("--model-config", opts->model_config,
+                  "config.json sizing the built-in seeded model (no weights file; e.g. bench/serve/tiny_model.json)");
   cmd->add_option("--tokenizer", opts->tokenizer, "tokenizer.json path")->capture_default_str();
   cmd->add_option("--api-key-file", opts->api_key_file, "file with one API key per line (plus $LADLE_API_KEYS)");
   cmd->add_option("--max-queue", opts->max_queue, "generation requests held at once before 429/529")->capture_default_str()->check(CLI::PositiveNumber);

@@ -10,6 +10,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <condition_variable>
 #include <ctime>
 #include <fstream>
@@ -63,6 +65,99 @@ double Pct(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * v.size()))];
 }
 
+// The request body for `api` with a prompt of `text`, streaming, `max_tokens` output.
+std::string BodyFor(const std::string& api, const std::string& model, const std::string& text, int max_tokens) {
+  std::string body = R"({"model":)";
+  json::AppendQuoted(model, &body);
+  if (api == "responses") {
+    body += R"(,"input":)";
+    json::AppendQuoted(text, &body);
+    body += fmt::format(R"(,"max_output_tokens":{},"stream":true}})", max_tokens);
+    return body;
+  }
+  body += R"(,"messages":[{"role":"user","content":)";
+  json::AppendQuoted(text, &body);
+  body += fmt::format(R"(}}],"max_tokens":{},"stream":true)", max_tokens);
+  body += api == "chat" ? R"(,"stream_options":{"include_usage":true}})" : "}";
+  return body;
+}
+
+const char* PathFor(const std::string& api) {
+  return api == "responses" ? "/v1/responses" : api == "messages" ? "/v1/messages" : "/v1/chat/completions";
+}
+
+bool NonEmptyString(const json::Value* v) { return v && v->is_string() && !v->as_string().empty(); }
+
+int64_t IntAt(const json::Value* obj, const char* key) {
+  const json::Value* v = obj ? obj->Find(key) : nullptr;
+  return v && v->as_int64().ok() ? *v->as_int64() : -1;
+}
+
+// What one SSE frame means to the timer: generated text arrived, usage was reported, or the
+// server reported an error.
+struct FrameMeaning {
+  bool token = false;
+  std::string error;
+  int64_t prompt_tokens = -1, output_tokens = -1;
+};
+
+FrameMeaning Interpret(const std::string& api, std::string_view frame) {
+  FrameMeaning m;
+  std::string event, data;
+  size_t pos = 0;
+  while (pos < frame.size()) {
+    size_t nl = frame.find('\n', pos);
+    if (nl == std::string_view::npos) nl = frame.size();
+    std::string_view line = frame.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.rfind("event: ", 0) == 0) event = line.substr(7);
+    if (line.rfind("data: ", 0) == 0) data += line.substr(6);
+  }
+  if (data.empty() || data == "[DONE]") return m;
+  auto v = json::Parse(data);
+  if (!v.ok() || !v->is_object()) return m;
+  if (event == "error" || v->Find("error")) {
+    m.error = data.substr(0, 200);
+    return m;
+  }
+  const json::Value* type = v->Find("type");
+  const std::string t = type && type->is_string() ? type->as_string() : event;
+  if (api == "chat") {
+    if (const json::Value* u = v->Find("usage"); u && u->is_object()) {
+      m.prompt_tokens = IntAt(u, "prompt_tokens");
+      m.output_tokens = IntAt(u, "completion_tokens");
+    }
+    const json::Value* choices = v->Find("choices");
+    if (!choices || !choices->is_array() || choices->as_array().empty()) return m;
+    const json::Value* delta = choices->as_array()[0].Find("delta");
+    m.token = delta && (NonEmptyString(delta->Find("content")) || NonEmptyString(delta->Find("reasoning_content")));
+  } else if (api == "responses") {
+    if (t == "response.failed") {
+      m.error = data.substr(0, 200);
+    } else if (t == "response.output_text.delta" || t == "response.reasoning_text.delta") {
+      m.token = NonEmptyString(v->Find("delta"));
+    } else if (t == "response.completed" || t == "response.incomplete") {
+      const json::Value* r = v->Find("response");
+      const json::Value* u = r ? r->Find("usage") : nullptr;
+      m.prompt_tokens = IntAt(u, "input_tokens");
+      m.output_tokens = IntAt(u, "output_tokens");
+    }
+  } else {  // messages
+    if (t == "content_block_delta") {
+      const json::Value* d = v->Find("delta");
+      m.token = d && (NonEmptyString(d->Find("text")) || NonEmptyString(d->Find("thinking")));
+    } else if (t == "message_start") {
+      const json::Value* msg = v->Find("message");
+      m.prompt_tokens = IntAt(msg ? msg->Find("usage") : nullptr, "input_tokens");
+    } else if (t == "message_delta") {
+      const json::Value* u = v->Find("usage");
+      m.output_tokens = IntAt(u, "output_tokens");
+      if (const int64_t in = IntAt(u, "input_tokens"); in >= 0) m.prompt_tokens = in;
+    }
+  }
+  return m;
+}
+
 RequestResult RunOne(const BenchRequest& r, size_t index, const BenchOptions& o, Clock::time_point t0) {
   RequestResult res;
   const auto start = Clock::now();
@@ -72,17 +167,19 @@ RequestResult RunOne(const BenchRequest& r, size_t index, const BenchOptions& o,
     net::io_context ioc;
     beast::tcp_stream stream(ioc);
     stream.connect(net::ip::tcp::endpoint(net::ip::make_address(o.host), o.port));
-    std::string body = R"({"model":)";
-    json::AppendQuoted(o.model, &body);
-    body += R"(,"messages":[{"role":"user","content":)";
-    json::AppendQuoted(PromptFor(r, index), &body);
-    body += fmt::format(R"(}}],"max_tokens":{},"stream":true,"stream_options":{{"include_usage":true}}}})",
-                        std::max(1, r.output_tokens));
-    http::request<http::string_body> req(http::verb::post, "/v1/chat/completions", 11);
+    http::request<http::string_body> req(http::verb::post, PathFor(o.api), 11);
     req.set(http::field::host, o.host);
     req.set(http::field::content_type, "application/json");
-    if (!o.api_key.empty()) req.set(http::field::authorization, "Bearer " + o.api_key);
-    req.body() = std::move(body);
+    if (!o.api_key.empty()) {
+      // Each API's own header, so the bench exercises what its SDK sends.
+      if (o.api == "messages") {
+        req.set("x-api-key", o.api_key);
+      } else {
+        req.set(http::field::authorization, "Bearer " + o.api_key);
+      }
+    }
+    if (o.api == "messages") req.set("anthropic-version", "2023-06-01");
+    req.body() = BodyFor(o.api, o.model, PromptFor(r, index), std::max(1, r.output_tokens));
     req.prepare_payload();
     http::write(stream, req);
     beast::flat_buffer buf;
@@ -104,23 +201,14 @@ RequestResult RunOne(const BenchRequest& r, size_t index, const BenchOptions& o,
       while ((end = b.find("\n\n", scanned)) != std::string::npos) {
         std::string_view frame(b.data() + scanned, end - scanned);
         scanned = end + 2;
-        if (frame.rfind("data: ", 0) != 0 || frame == "data: [DONE]") continue;
-        auto v = json::Parse(frame.substr(6));
-        if (!v.ok()) continue;
-        if (const json::Value* u = v->Find("usage"); u && u->is_object()) {
-          if (auto* c = u->Find("completion_tokens")) res.output_tokens = c->as_int64().ok() ? *c->as_int64() : 0;
-          if (auto* p = u->Find("prompt_tokens")) res.prompt_tokens = p->as_int64().ok() ? *p->as_int64() : 0;
-        }
-        if (v->Find("error")) {
-          res.error = std::string(frame.substr(6, 200));
+        FrameMeaning m = Interpret(o.api, frame);
+        if (!m.error.empty()) {
+          res.error = std::move(m.error);
           return res;
         }
-        const json::Value* choices = v->Find("choices");
-        if (!choices || !choices->is_array() || choices->as_array().empty()) continue;
-        const json::Value* delta = choices->as_array()[0].Find("delta");
-        const json::Value* content = delta ? delta->Find("content") : nullptr;
-        const json::Value* reasoning = delta ? delta->Find("reasoning_content") : nullptr;
-        if (!(content && content->is_string()) && !(reasoning && reasoning->is_string())) continue;
+        if (m.prompt_tokens >= 0) res.prompt_tokens = m.prompt_tokens;
+        if (m.output_tokens >= 0) res.output_tokens = m.output_tokens;
+        if (!m.token) continue;
         const auto now = Clock::now();
         if (first) {
           res.ttft_s = since(now);
@@ -138,6 +226,58 @@ RequestResult RunOne(const BenchRequest& r, size_t index, const BenchOptions& o,
     res.error = e.what();  // Beast reports socket errors as exceptions; they stop here
   }
   return res;
+}
+
+// One GET /metrics; the gauges the load test watches.
+ServerSample Scrape(const BenchOptions& o, double t_s) {
+  ServerSample s;
+  s.t_s = t_s;
+  try {
+    net::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    stream.expires_after(std::chrono::seconds(5));
+    stream.connect(net::ip::tcp::endpoint(net::ip::make_address(o.host), o.port));
+    http::request<http::empty_body> req(http::verb::get, "/metrics", 11);
+    req.set(http::field::host, o.host);
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(stream, buf, res);
+    if (res.result_int() != 200) return s;
+    auto gauge = [&](std::string_view name) {
+      const std::string& b = res.body();
+      for (size_t pos = 0; (pos = b.find(name, pos)) != std::string::npos; pos += name.size()) {
+        if ((pos == 0 || b[pos - 1] == '\n') && pos + name.size() < b.size() && b[pos + name.size()] == ' ') {
+          return std::strtod(b.c_str() + pos + name.size() + 1, nullptr);
+        }
+      }
+      return -1.0;
+    };
+    s.rss_bytes = gauge("process_resident_memory_bytes");
+    s.kv_blocks_used = gauge("ladle_kv_blocks_used");
+    s.running = gauge("ladle_running_batch");
+    s.in_flight = gauge("ladle_requests_in_flight");
+  } catch (const std::exception&) {
+    // A missed scrape is a gap in the plot, not a failed run.
+  }
+  return s;
+}
+
+// Per-second output tokens over the run, from each request's frame times (a request's
+// tokens spread evenly over its frames: frames can carry more than one token).
+std::vector<double> TokensPerSecond(const BenchReport& report) {
+  std::vector<double> buckets(static_cast<size_t>(std::ceil(std::max(report.duration_s, 1.0))), 0.0);
+  for (const auto& r : report.results) {
+    if (!r.ok || r.output_tokens <= 0) continue;
+    const double per_frame = static_cast<double>(r.output_tokens) / static_cast<double>(r.itl_s.size() + 1);
+    double t = r.start_s + r.ttft_s;
+    for (size_t i = 0; i <= r.itl_s.size(); ++i) {
+      if (i > 0) t += r.itl_s[i - 1];
+      const size_t b = std::min(buckets.size() - 1, static_cast<size_t>(std::max(0.0, t)));
+      buckets[b] += per_frame;
+    }
+  }
+  return buckets;
 }
 
 }  // namespace
@@ -205,59 +345,143 @@ std::vector<BenchRequest> SyntheticRequests(size_t n, int input, int output) {
   return out;
 }
 
+Status CheckBenchApi(const std::string& api) {
+  if (api == "chat" || api == "responses" || api == "messages") return Status::Ok();
+  return InvalidArgument("unknown --api " + api + " (chat, responses or messages)");
+}
+
 BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptions& o,
                      const std::function<void(size_t, size_t, size_t)>& progress) {
   BenchReport report;
-  report.results.resize(requests.size());
-  std::vector<double> arrivals(requests.size());
-  std::mt19937_64 rng(o.seed);
-  std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1.0);
-  double t = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (o.rate > 0) {
-      arrivals[i] = t;
-      t += gap(rng);
-    } else {
-      arrivals[i] = requests[i].arrival_s * o.time_scale;
-    }
-  }
+  report.api = o.api;
+  const bool timed = o.duration_s > 0;
+  if (requests.empty()) return report;
   std::mutex mu;
   std::condition_variable cv;
-  int in_flight = 0;
   std::atomic<size_t> done{0}, errors{0};
+  std::atomic<bool> finished{false};
   const auto t0 = Clock::now();
-  std::vector<std::thread> threads;
+  // The reporter ticks once a second; it also scrapes the server every sample_interval_s.
   std::thread reporter([&] {
-    while (done.load() < requests.size()) {
-      std::unique_lock lock(mu);
-      cv.wait_for(lock, std::chrono::seconds(1));
-      if (progress) progress(done.load(), requests.size(), errors.load());
+    double next_sample = 0;
+    std::unique_lock lock(mu);
+    while (!finished.load()) {
+      const double now = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (o.sample_interval_s > 0 && now >= next_sample) {
+        lock.unlock();
+        ServerSample sample = Scrape(o, now);
+        lock.lock();
+        report.samples.push_back(sample);
+        next_sample += o.sample_interval_s;
+      }
+      if (progress) progress(done.load(), timed ? 0 : requests.size(), errors.load());
+      const double wait = o.sample_interval_s > 0 ? std::min(1.0, std::max(0.0, next_sample - now)) : 1.0;
+      cv.wait_for(lock, std::chrono::duration<double>(wait), [&] { return finished.load(); });
     }
   });
-  for (size_t i = 0; i < requests.size(); ++i) {
-    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return o.concurrency <= 0 || in_flight < o.concurrency; });
-      ++in_flight;
+  if (timed) {
+    // Closed loop: each client runs its next request as soon as the last one ends.
+    const int clients = std::max(1, o.concurrency);
+    const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&] {
+        while (Clock::now() < until) {
+          const size_t i = next++;
+          RequestResult r = RunOne(requests[i % requests.size()], i, o, t0);
+          if (!r.ok) ++errors;
+          ++done;
+          std::lock_guard lock(mu);
+          report.results.push_back(std::move(r));
+        }
+      });
     }
-    threads.emplace_back([&, i] {
-      report.results[i] = RunOne(requests[i], i, o, t0);
-      if (!report.results[i].ok) ++errors;
-      ++done;
-      std::lock_guard lock(mu);
-      --in_flight;
-      cv.notify_all();
-    });
+    for (auto& th : threads) th.join();
+  } else {
+    report.results.resize(requests.size());
+    std::vector<double> arrivals(requests.size());
+    std::mt19937_64 rng(o.seed);
+    std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1.0);
+    double t = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (o.rate > 0) {
+        arrivals[i] = t;
+        t += gap(rng);
+      } else {
+        arrivals[i] = requests[i].arrival_s * o.time_scale;
+      }
+    }
+    int in_flight = 0;
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return o.concurrency <= 0 || in_flight < o.concurrency; });
+        ++in_flight;
+      }
+      threads.emplace_back([&, i] {
+        RequestResult r = RunOne(requests[i], i, o, t0);
+        if (!r.ok) ++errors;
+        ++done;
+        std::lock_guard lock(mu);
+        report.results[i] = std::move(r);
+        --in_flight;
+        cv.notify_all();
+      });
+    }
+    for (auto& th : threads) th.join();
   }
-  for (auto& th : threads) th.join();
+  report.duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  // One last scrape after the load: the end of the memory curve.
+  if (o.sample_interval_s > 0) {
+    ServerSample last = Scrape(o, report.duration_s);
+    std::lock_guard lock(mu);
+    report.samples.push_back(last);
+  }
   {
     std::lock_guard lock(mu);
+    finished = true;
     cv.notify_all();
   }
   reporter.join();
-  report.duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (progress) progress(done.load(), timed ? 0 : requests.size(), errors.load());
+  std::sort(report.samples.begin(), report.samples.end(),
+            [](const ServerSample& x, const ServerSample& y) { return x.t_s < y.t_s; });
   return report;
+}
+
+MemoryTrend AnalyzeMemory(const BenchReport& report, double warmup_s) {
+  MemoryTrend m;
+  std::vector<std::pair<double, double>> all, late;  // (t, MB)
+  for (const auto& s : report.samples) {
+    if (s.rss_bytes < 0) continue;
+    all.emplace_back(s.t_s, s.rss_bytes / 1048576.0);
+    if (s.t_s >= warmup_s) late.push_back(all.back());
+  }
+  if (all.empty()) return m;
+  m.start_mb = all.front().second;
+  m.end_mb = all.back().second;
+  for (auto [t, mb] : all) m.peak_mb = std::max(m.peak_mb, mb);
+  if (late.size() < 3) return m;
+  m.valid = true;
+  m.after_warmup_mb = late.front().second;
+  double mt = 0, mv = 0;
+  for (auto [t, mb] : late) {
+    mt += t;
+    mv += mb;
+  }
+  mt /= static_cast<double>(late.size());
+  mv /= static_cast<double>(late.size());
+  double num = 0, den = 0;
+  for (auto [t, mb] : late) {
+    num += (t - mt) * (mb - mv);
+    den += (t - mt) * (t - mt);
+  }
+  const double slope = den > 0 ? num / den : 0;  // MB per second
+  m.growth_mb = slope * (late.back().first - late.front().first);
+  return m;
 }
 
 std::string FormatReport(const BenchReport& report) {
@@ -281,6 +505,7 @@ std::string FormatReport(const BenchReport& report) {
   std::string s;
   auto it = std::back_inserter(s);
   const size_t failed = report.results.size() - ok;
+  fmt::format_to(it, "api        {}\n", report.api);
   fmt::format_to(it, "requests   {} ok, {} failed, {:.1f} s, {:.2f} req/s\n", ok, failed, report.duration_s,
                  ok / std::max(report.duration_s, 1e-9));
   fmt::format_to(it, "tokens     {} prompt, {} generated, {:.1f} output tok/s\n", in_tokens, out_tokens,
@@ -297,13 +522,44 @@ std::string FormatReport(const BenchReport& report) {
   row("TPOT", tpot);
   row("ITL", itl);
   row("E2E", e2e);
+  const MemoryTrend mem = AnalyzeMemory(report, 0);
+  if (mem.peak_mb > 0) {
+    fmt::format_to(it, "server RSS start {:.1f} MB, peak {:.1f} MB, end {:.1f} MB ({} samples)\n", mem.start_mb,
+                   mem.peak_mb, mem.end_mb, report.samples.size());
+  }
   if (!first_error.empty()) fmt::format_to(it, "first error: {}\n", first_error);
   return s;
 }
 
+namespace {
+
+// A 420x300 panel at (ox, oy): title, axes, and the axis maxima as labels.
+struct Panel {
+  static constexpr double W = 420, H = 300, M = 50;
+  double ox, oy, xmax, ymax;
+  double X(double x) const { return ox + M + x / xmax * (W - M - 10); }
+  double Y(double y) const { return oy + H - M - y / ymax * (H - M - 30); }
+  void Axes(std::string* s, const char* title, const char* xl, const char* yl) const {
+    auto it = std::back_inserter(*s);
+    fmt::format_to(it, R"(<text x="{}" y="{}" font-size="13">{}</text>)" "\n", ox + M, oy + 20, title);
+    fmt::format_to(it, R"(<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="black"/><line x1="{0}" y1="{3}" x2="{0}" y2="{1}" stroke="black"/>)" "\n",
+                   ox + M, oy + H - M, ox + W - 10, oy + 30);
+    fmt::format_to(it, R"(<text x="{}" y="{}">{}  (max {:.1f})</text><text x="{}" y="{}">{} (max {:.1f})</text>)" "\n",
+                   ox + M, oy + H - M + 30, xl, xmax, ox + M + 6, oy + 40, yl, ymax);
+  }
+  void Line(std::string* s, const std::vector<std::pair<double, double>>& pts, const char* colour) const {
+    if (pts.empty()) return;
+    *s += fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.5" points=")", colour);
+    for (auto [x, y] : pts) fmt::format_to(std::back_inserter(*s), "{:.1f},{:.1f} ", X(x), Y(y));
+    *s += "\"/>\n";
+  }
+};
+
+}  // namespace
+
 std::string RenderSvg(const BenchReport& report) {
-  // Left: TTFT of each request against its start time. Right: the ITL CDF.
-  constexpr double W = 420, H = 300, M = 50;
+  // Top row: TTFT of each request against its start time; the ITL CDF. With server samples a
+  // second row: the server's RSS and the output tokens/s over the run.
   std::vector<std::pair<double, double>> pts;
   std::vector<double> itl;
   for (const auto& r : report.results) {
@@ -317,34 +573,44 @@ std::string RenderSvg(const BenchReport& report) {
     xmax = std::max(xmax, x);
     ymax = std::max(ymax, y);
   }
-  const double imax = itl.empty() ? 1 : std::max(itl.back(), 1e-9);
+  std::vector<std::pair<double, double>> rss;
+  for (const auto& smp : report.samples) {
+    if (smp.rss_bytes >= 0) rss.emplace_back(smp.t_s, smp.rss_bytes / 1048576.0);
+  }
+  const bool second_row = !rss.empty() || report.duration_s >= 2;
+  const double W = Panel::W, H = Panel::H;
   std::string s;
   auto it = std::back_inserter(s);
   fmt::format_to(it, R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">)",
-                 2 * W, H);
+                 2 * W, second_row ? 2 * H : H);
   s += "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  auto axes = [&](double ox, const char* title, const char* xl, const char* yl, double xm, double ym) {
-    fmt::format_to(it, R"(<text x="{}" y="20" font-size="13">{}</text>)" "\n", ox + M, title);
-    fmt::format_to(it, R"(<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="black"/><line x1="{0}" y1="{3}" x2="{0}" y2="{1}" stroke="black"/>)" "\n",
-                   ox + M, H - M, ox + W - 10, 30);
-    fmt::format_to(it, R"(<text x="{}" y="{}">{}  (max {:.1f})</text><text x="{}" y="40">{} (max {:.1f})</text>)" "\n",
-                   ox + M, H - M + 30, xl, xm, ox + M + 6, yl, ym);
-  };
-  axes(0, "TTFT per request", "start (s)", "ms", xmax, ymax);
-  for (auto [x, y] : pts) {
-    fmt::format_to(it, R"(<circle cx="{:.1f}" cy="{:.1f}" r="2" fill="steelblue"/>)", M + x / xmax * (W - M - 10),
-                   H - M - y / ymax * (H - M - 30));
-  }
+  Panel ttft{0, 0, xmax, ymax};
+  ttft.Axes(&s, "TTFT per request", "start (s)", "ms");
+  for (auto [x, y] : pts) fmt::format_to(it, R"(<circle cx="{:.1f}" cy="{:.1f}" r="2" fill="steelblue"/>)", ttft.X(x), ttft.Y(y));
   s += "\n";
-  axes(W, "Inter-token latency CDF", "ms", "fraction", imax, 1.0);
-  if (!itl.empty()) {
-    s += "<polyline fill=\"none\" stroke=\"darkorange\" stroke-width=\"1.5\" points=\"";
-    const size_t step = std::max<size_t>(1, itl.size() / 400);
-    for (size_t i = 0; i < itl.size(); i += step) {
-      fmt::format_to(it, "{:.1f},{:.1f} ", W + M + itl[i] / imax * (W - M - 10),
-                     H - M - (static_cast<double>(i + 1) / itl.size()) * (H - M - 30));
+  Panel cdf{W, 0, itl.empty() ? 1 : std::max(itl.back(), 1e-9), 1.0};
+  cdf.Axes(&s, "Inter-token latency CDF", "ms", "fraction");
+  std::vector<std::pair<double, double>> cdf_pts;
+  const size_t step = std::max<size_t>(1, itl.size() / 400);
+  for (size_t i = 0; i < itl.size(); i += step) cdf_pts.emplace_back(itl[i], static_cast<double>(i + 1) / itl.size());
+  cdf.Line(&s, cdf_pts, "darkorange");
+  if (second_row) {
+    const double tmax = std::max(report.duration_s, 1e-9);
+    double rmax = 1e-9;
+    for (auto [t, mb] : rss) rmax = std::max(rmax, mb);
+    Panel mem{0, H, tmax, rmax * 1.1};
+    mem.Axes(&s, "Server RSS", "time (s)", "MB");
+    mem.Line(&s, rss, "seagreen");
+    std::vector<std::pair<double, double>> tput;
+    double tmax_rate = 1e-9;
+    const std::vector<double> buckets = TokensPerSecond(report);
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      tput.emplace_back(static_cast<double>(i) + 0.5, buckets[i]);
+      tmax_rate = std::max(tmax_rate, buckets[i]);
     }
-    s += "\"/>\n";
+    Panel rate{W, H, tmax, tmax_rate * 1.1};
+    rate.Axes(&s, "Output tokens/s", "time (s)", "tok/s");
+    rate.Line(&s, tput, "purple");
   }
   s += "</svg>\n";
   return s;

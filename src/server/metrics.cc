@@ -2,9 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <iterator>
 
 namespace ladle::server {
+
+namespace {
+
+// This process's resident set from /proc/self/statm (pages); -1 where there is no /proc.
+double ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  long total = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &total, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) : -1;
+}
+
+}  // namespace
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
@@ -88,6 +105,8 @@ std::string Metrics::Render(const engine::Stats& stats) {
   gauge("ladle_prefix_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", stats.prefix_hit_tokens);
   gauge("ladle_generated_tokens_total", "counter", "Tokens the engine generated.", stats.generated_tokens);
   gauge("ladle_generation_tokens_per_second", "gauge", "Generated tokens per second between scrapes.", tokens_per_s_);
+  // The Prometheus client libraries' name, so dashboards and the load test find it.
+  gauge("process_resident_memory_bytes", "gauge", "Resident memory of the server process.", ResidentBytes());
   gauge("ladle_device_idle_fraction", "gauge", "Fraction of time the device thread was idle.", stats.device_idle_fraction);
   return out;
 }

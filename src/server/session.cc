@@ -118,6 +118,7 @@ void Session::Close() {
 
 void Session::OnRead(beast::error_code ec) {
   if (ec == http::error::body_limit) {
+    version_ = parser_->get().version() == 10 ? 10 : 11;
     const std::string target(parser_->get().target());
     const Api api = ApiForPath(target.substr(0, target.find('?')));
     auto e = ErrorFor(api, InvalidArgument(fmt::format("request body exceeds {} bytes", server_.config().limits.max_body_bytes)));
@@ -136,6 +137,7 @@ void Session::OnRead(beast::error_code ec) {
 
 void Session::Handle(Request req) {
   const auto start = Clock::now();
+  version_ = req.version() == 10 ? 10 : 11;
   const std::string rid = RequestIdFor(req["x-request-id"]);
   const bool keep_alive = req.keep_alive() && !server_.draining();
   std::string path(req.target());
@@ -179,7 +181,7 @@ void Session::Handle(Request req) {
 
 void Session::Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
                       bool keep_alive, std::string_view api_label, int retry_after) {
-  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), version_);
   res->set(http::field::server, "ladle");
   res->set(http::field::content_type, content_type);
   res->set("x-request-id", rid);
@@ -257,7 +259,9 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
   Active a;
   a.api = api;
   a.stream = request.stream;
-  a.keep_alive = keep_alive;
+  // HTTP/1.0 has no chunked encoding: a stream's end is the connection's end.
+  a.chunked = version_ == 11;
+  a.keep_alive = keep_alive && (a.chunked || !a.stream);
   a.rid = rid;
   a.gen = std::move(gen).value();
   a.queue = std::make_shared<OutputQueue>();
@@ -362,11 +366,15 @@ void Session::FlushStream() {
   if (!a.head_sent) {
     a.head_sent = true;
     a.out = fmt::format(
-        "HTTP/1.1 200 OK\r\nServer: ladle\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "x-request-id: {}\r\nTransfer-Encoding: chunked\r\nConnection: {}\r\n\r\n",
-        a.rid, a.keep_alive ? "keep-alive" : "close");
+        "HTTP/1.{} 200 OK\r\nServer: ladle\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        "x-request-id: {}\r\n{}Connection: {}\r\n\r\n",
+        a.chunked ? 1 : 0, a.rid, a.chunked ? "Transfer-Encoding: chunked\r\n" : "", a.keep_alive ? "keep-alive" : "close");
   }
-  if (!a.pending.empty()) {
+  if (!a.chunked) {
+    a.out += a.pending;
+    a.pending.clear();
+    a.tail_sent = a.gen->done();  // nothing to send: FinishGeneration closes the connection
+  } else if (!a.pending.empty()) {
     fmt::format_to(std::back_inserter(a.out), "{:x}\r\n", a.pending.size());
     a.out += a.pending;
     a.out += "\r\n";

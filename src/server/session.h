@@ -47,6 +47,7 @@ class Session : public std::enable_shared_from_this<Session> {
     frontend::Api api = frontend::Api::kChat;
     bool stream = false;
     bool keep_alive = true;
+    bool chunked = true;  // HTTP/1.0 streams are close-delimited instead
     std::string rid;
     std::unique_ptr<Generation> gen;
     std::shared_ptr<OutputQueue> queue;
@@ -81,6 +82,9 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<Active> active_;
+  // The HTTP version of the request being answered (10 or 11): responses use it, and an
+  // HTTP/1.0 client gets Content-Length bodies and close-delimited streams, never chunks.
+  unsigned version_ = 11;
 };
 
 }  // namespace ladle::server

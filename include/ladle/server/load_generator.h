@@ -1,6 +1,8 @@
 // `ladle bench serve`: replays a request trace (Mooncake JSONL or Azure 2023 CSV) or a
-// synthetic load against a running server's streaming Chat Completions endpoint, and reports
-// throughput and TTFT / TPOT / ITL / end-to-end percentiles as a table and an SVG plot.
+// synthetic load against a running server's streaming Chat Completions, Responses or Messages
+// endpoint, and reports throughput and TTFT / TPOT / ITL / end-to-end percentiles as a table
+// and an SVG plot. A timed closed-loop mode (`duration_s`) with the server's RSS scraped from
+// /metrics is the load test: zero errors and flat memory.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,11 @@ struct BenchOptions {
   double time_scale = 1;   // trace timestamps are multiplied by this
   int concurrency = 0;     // most requests in flight; 0: no limit
   uint64_t seed = 1;
+  std::string api = "chat";  // "chat", "responses" or "messages": the endpoint and its SSE
+  // > 0: closed loop. `concurrency` clients (at least 1) send requests back to back, cycling
+  // through the list, and stop starting new ones after this many seconds (rate is ignored).
+  double duration_s = 0;
+  double sample_interval_s = 1;  // scrape the server's /metrics this often (0: never)
 };
 
 struct RequestResult {
@@ -46,16 +53,41 @@ struct RequestResult {
   int64_t prompt_tokens = 0, output_tokens = 0;
 };
 
+// One scrape of the server's /metrics during the run; -1 where the server did not say.
+struct ServerSample {
+  double t_s = 0;  // relative to the run's start
+  double rss_bytes = -1;  // process_resident_memory_bytes
+  double kv_blocks_used = -1, running = -1, in_flight = -1;
+};
+
 struct BenchReport {
   std::vector<RequestResult> results;
+  std::vector<ServerSample> samples;
   double duration_s = 0;
+  std::string api = "chat";
 };
+
+// The server's resident memory over the run. After `warmup_s` (allocator pools, caches and
+// the running batch fill up) memory should be flat: `growth_mb` is the least-squares slope of
+// the later samples times their span, so one spike or a GC-like sawtooth does not count as a
+// trend but a steady leak does.
+struct MemoryTrend {
+  bool valid = false;  // at least 3 RSS samples after the warm-up
+  double start_mb = 0, peak_mb = 0, end_mb = 0;  // first sample, maximum, last sample
+  double after_warmup_mb = 0;                     // the first sample after the warm-up
+  double growth_mb = 0;
+};
+MemoryTrend AnalyzeMemory(const BenchReport& report, double warmup_s);
+
+// "chat", "responses" or "messages"; anything else is an InvalidArgument naming them.
+Status CheckBenchApi(const std::string& api);
 
 // Runs the load; `progress(done, total, errors)` is called about once a second.
 BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptions& options,
                      const std::function<void(size_t, size_t, size_t)>& progress);
 
-// The summary table (text) and a two-panel SVG (TTFT per request over time; ITL CDF).
+// The summary table (text) and an SVG: TTFT per request over time and the ITL CDF; with
+// server samples also RSS and output tokens/s over time.
 std::string FormatReport(const BenchReport& report);
 std::string RenderSvg(const BenchReport& report);
 

@@ -93,7 +93,8 @@ void ExpectPrometheusText(const std::string& text) {
     std::strtod(value.c_str(), &end);
     EXPECT_EQ(*end, '\0') << "bad value in: " << line;
     const std::string name = line.substr(0, line.find_first_of("{ "));
-    EXPECT_EQ(name.rfind("ladle_", 0), 0u) << line;
+    // Our own series are ladle_*; process_* is the standard name the client libraries use.
+    EXPECT_TRUE(name.rfind("ladle_", 0) == 0 || name == "process_resident_memory_bytes") << line;
   }
 }
 
@@ -119,6 +120,10 @@ TEST(Metrics, PrometheusTextFormat) {
   EXPECT_NE(text.find("ladle_kv_blocks_used 7\n"), std::string::npos);
   EXPECT_NE(text.find("ladle_queue_depth 2\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE ladle_inter_token_latency_seconds histogram\n"), std::string::npos);
+  // The load test watches this one for memory growth: it must be this process's real RSS.
+  const size_t rss_at = text.find("\nprocess_resident_memory_bytes ");
+  ASSERT_NE(rss_at, std::string::npos);
+  EXPECT_GT(std::strtod(text.c_str() + rss_at + 31, nullptr), 1e6);
 }
 
 std::vector<Event> Feed(StopFilter& f, const std::vector<std::string>& pieces, bool finish = true) {
