@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,9 +100,10 @@ class RegexParser {
   RegexParser(GrammarBuilder& b, std::string_view p, const RegexOptions& o) : b_(b), p_(p), opts_(o) {}
 
   Result<ExprId> Parse() {
-    LADLE_ASSIGN_OR_RETURN(ExprId e, Disjunction(0));
+    LADLE_ASSIGN_OR_RETURN(Spine top, Disjunction(0));
     if (pos_ < p_.size()) return Err(StatusCode::kParseError, "unmatched ')'", pos_);
-    return e;
+    const Ctx ctx = opts_.search ? Ctx::kPad : Ctx::kAnchored;
+    return Emit(top, ctx, ctx);
   }
 
  private:
@@ -131,63 +133,113 @@ class RegexParser {
 
   ExprId AnyStar() { return b_.Star(b_.AnyCodePoint()); }
 
-  Result<ExprId> Disjunction(int depth) {
+  // Anchors are kept structural until emission: `^` may open and `$` may close any
+  // alternative, but they are only meaningful where that alternative touches the start (end)
+  // of the whole match, through unquantified groups that are first (last) in theirs. Only
+  // then do we know, per innermost alternative, whether search mode needs an any-string pad.
+  struct Spine;
+  struct Term {
+    ExprId expr = -1;
+    std::shared_ptr<Spine> group;  // an unquantified group with anchors inside
+  };
+  struct AltSpine {
+    size_t caret_at = std::string_view::npos, dollar_at = std::string_view::npos;
+    std::vector<Term> terms;
+  };
+  struct Spine {
+    std::vector<AltSpine> alts;
+    size_t anchor_at = std::string_view::npos;  // the first anchor anywhere inside
+  };
+  // Where an alternative sits relative to the match start (or end): not there (anchors
+  // there are unsupported), there and already pinned (no pad), or there in search mode (pad
+  // with .* unless anchored).
+  enum class Ctx : uint8_t { kNot, kAnchored, kPad };
+
+  Result<ExprId> Emit(const Spine& sp, Ctx start, Ctx end) {
     std::vector<ExprId> alts;
-    while (true) {
-      LADLE_ASSIGN_OR_RETURN(ExprId a, Alternative(depth));
-      alts.push_back(a);
-      if (Peek() != '|' || AtEnd()) break;
-      ++pos_;
+    for (const AltSpine& alt : sp.alts) {
+      Ctx s = start, e = end;
+      if (alt.caret_at != std::string_view::npos) {
+        if (s == Ctx::kNot) return Err(StatusCode::kUnsupported, "'^' anchor not at the start of the match", alt.caret_at);
+        s = Ctx::kAnchored;
+      }
+      if (alt.dollar_at != std::string_view::npos) {
+        if (e == Ctx::kNot) return Err(StatusCode::kUnsupported, "'$' anchor not at the end of the match", alt.dollar_at);
+        e = Ctx::kAnchored;
+      }
+      const size_t n = alt.terms.size();
+      std::vector<ExprId> parts;
+      if (s == Ctx::kPad && (n == 0 || !alt.terms[0].group)) parts.push_back(AnyStar());
+      for (size_t i = 0; i < n; ++i) {
+        const Term& t = alt.terms[i];
+        if (!t.group) {
+          parts.push_back(t.expr);
+          continue;
+        }
+        LADLE_ASSIGN_OR_RETURN(ExprId g, Emit(*t.group, i == 0 ? s : Ctx::kNot, i + 1 == n ? e : Ctx::kNot));
+        parts.push_back(g);
+      }
+      if (e == Ctx::kPad && (n == 0 || !alt.terms[n - 1].group)) parts.push_back(AnyStar());
+      alts.push_back(b_.Seq(std::move(parts)));
     }
     return b_.Alt(std::move(alts));
   }
 
-  // One alternative, up to `|`, `)` or the end. At depth 0, a leading `^` and a trailing `$`
-  // are the only anchors allowed; in search mode an unanchored end gets an any-string pad.
-  Result<ExprId> Alternative(int depth) {
-    const bool top = depth == 0;
-    bool anchored_start = false, anchored_end = false;
-    if (top && Peek() == '^' && !AtEnd()) {
-      anchored_start = true;
+  Result<Spine> Disjunction(int depth) {
+    Spine sp;
+    while (true) {
+      LADLE_ASSIGN_OR_RETURN(AltSpine a, Alternative(depth));
+      for (size_t at : {a.caret_at, a.dollar_at}) sp.anchor_at = std::min(sp.anchor_at, at);
+      for (const Term& t : a.terms) {
+        if (t.group) sp.anchor_at = std::min(sp.anchor_at, t.group->anchor_at);
+      }
+      sp.alts.push_back(std::move(a));
+      if (Peek() != '|' || AtEnd()) break;
       ++pos_;
     }
-    std::vector<ExprId> parts;
+    return sp;
+  }
+
+  // One alternative, up to `|`, `)` or the end.
+  Result<AltSpine> Alternative(int depth) {
+    AltSpine out;
+    if (Peek() == '^' && !AtEnd()) out.caret_at = pos_++;
     std::string literal;  // consecutive unquantified characters, merged into one Literal
     auto flush = [&] {
-      if (!literal.empty()) parts.push_back(b_.Literal(literal));
+      if (!literal.empty()) out.terms.push_back(Term{b_.Literal(literal), nullptr});
       literal.clear();
     };
     while (!AtEnd()) {
       const char c = Peek();
       if (c == '|' || c == ')') break;
       const size_t start = pos_;
-      if (c == '^') return Err(StatusCode::kUnsupported, "'^' anchor not at the start of a top-level alternative", start);
+      if (c == '^') return Err(StatusCode::kUnsupported, "'^' anchor not at the start of an alternative", start);
       if (c == '$') {
         ++pos_;
-        if (top && (AtEnd() || Peek() == '|')) {
-          anchored_end = true;
+        if (AtEnd() || Peek() == '|' || Peek() == ')') {
+          out.dollar_at = start;
           break;
         }
-        return Err(StatusCode::kUnsupported, "'$' anchor not at the end of a top-level alternative", start);
+        return Err(StatusCode::kUnsupported, "'$' anchor not at the end of an alternative", start);
       }
       if (c == '*' || c == '+' || c == '?' || (c == '{' && IsQuantifierBrace())) {
         return Err(StatusCode::kParseError, "nothing to repeat", start);
       }
       // The atom: either a single character (kept as a code point so it can merge into a
-      // literal run) or an expression.
+      // literal run) or a term.
       std::optional<uint32_t> ch;
-      ExprId atom = -1;
+      Term atom;
       if (c == '(') {
         LADLE_ASSIGN_OR_RETURN(atom, Group(depth));
       } else if (c == '[') {
-        LADLE_ASSIGN_OR_RETURN(atom, Class());
+        LADLE_ASSIGN_OR_RETURN(atom.expr, Class());
       } else if (c == '.') {
         ++pos_;
-        atom = b_.CodePoints({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}, /*negate=*/true);
+        atom.expr = b_.CodePoints({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}, /*negate=*/true);
       } else if (c == '\\') {
         LADLE_ASSIGN_OR_RETURN(Atom a, Escape(/*in_class=*/false));
         if (a.is_class) {
-          atom = b_.CodePoints(a.ranges, a.negate);
+          atom.expr = b_.CodePoints(a.ranges, a.negate);
         } else {
           if (IsSurrogate(a.cp)) {
             return Err(StatusCode::kUnsupported, "lone surrogate escape cannot match UTF-8 text", start);
@@ -204,26 +256,23 @@ class RegexParser {
           AppendUtf8(literal, *ch);
         } else {
           flush();
-          parts.push_back(atom);
+          out.terms.push_back(std::move(atom));
         }
         continue;
       }
       flush();
+      if (atom.group) {
+        return Err(StatusCode::kUnsupported, "anchor inside a quantified group", atom.group->anchor_at);
+      }
       if (ch) {
         std::string s;
         AppendUtf8(s, *ch);
-        atom = b_.Literal(s);
+        atom.expr = b_.Literal(s);
       }
-      parts.push_back(b_.Repeat(atom, q->first, q->second));
+      out.terms.push_back(Term{b_.Repeat(atom.expr, q->first, q->second), nullptr});
     }
     flush();
-    ExprId body = b_.Seq(std::move(parts));
-    if (!top || !opts_.search) return body;
-    std::vector<ExprId> padded;
-    if (!anchored_start) padded.push_back(AnyStar());
-    padded.push_back(body);
-    if (!anchored_end) padded.push_back(AnyStar());
-    return b_.Seq(std::move(padded));
+    return out;
   }
 
   // At a '{': does it start {n}, {n,} or {n,m}? (Otherwise it is a literal, Annex B.)
@@ -281,7 +330,7 @@ class RegexParser {
     return q;
   }
 
-  Result<ExprId> Group(int depth) {
+  Result<Term> Group(int depth) {
     const size_t start = pos_;
     if (depth + 1 > kMaxDepth) {
       return Err(StatusCode::kResourceExhausted, fmt::format("groups nested deeper than {}", kMaxDepth), start);
@@ -308,10 +357,12 @@ class RegexParser {
         return Err(StatusCode::kUnsupported, "group modifier '(?...' (only (?: and (?<name> are regular)", start);
       }
     }
-    LADLE_ASSIGN_OR_RETURN(ExprId inner, Disjunction(depth + 1));
+    LADLE_ASSIGN_OR_RETURN(Spine inner, Disjunction(depth + 1));
     if (AtEnd() || Peek() != ')') return Err(StatusCode::kParseError, "missing ')' for the group", start);
     ++pos_;
-    return inner;
+    if (inner.anchor_at != std::string_view::npos) return Term{-1, std::make_shared<Spine>(std::move(inner))};
+    LADLE_ASSIGN_OR_RETURN(ExprId e, Emit(inner, Ctx::kNot, Ctx::kNot));
+    return Term{e, nullptr};
   }
 
   Result<ExprId> Class() {

@@ -123,6 +123,24 @@ TEST(Regex, SearchModeRespectsAnchors) {
   EXPECT_TRUE(Search("", "anything"));
 }
 
+TEST(Regex, AnchorsInsideGroupsAtTheEdges) {
+  // Real schema patterns: "(^...$)", "(^a|^b|c)", "^(x|$)".
+  EXPECT_TRUE(Search("(^[0-9]+\\.[0-9]+$)", "1.5"));
+  EXPECT_FALSE(Search("(^[0-9]+\\.[0-9]+$)", "v1.5"));
+  EXPECT_TRUE(Search("(^Hpt_|^Int_|_Armour_)", "Hpt_x"));
+  EXPECT_TRUE(Search("(^Hpt_|^Int_|_Armour_)", "x_Armour_y"));
+  EXPECT_FALSE(Search("(^Hpt_|^Int_|_Armour_)", "xHpt_"));
+  EXPECT_TRUE(Search("^([^,]|$)", ""));
+  EXPECT_TRUE(Search("^([^,]|$)", "ab,"));
+  EXPECT_FALSE(Search("^([^,]|$)", ",a"));
+  EXPECT_TRUE(Search("(^x|y$)", "xzz"));
+  EXPECT_TRUE(Search("(^x|y$)", "zzy"));
+  EXPECT_FALSE(Search("(^x|y$)", "zxyz"));
+  EXPECT_TRUE(Search("(?:(^a))b", "abx"));
+  EXPECT_FALSE(Search("(?:(^a))b", "xab"));
+  EXPECT_TRUE(Full("(^a|b)(c|d$)", "bd"));
+}
+
 TEST(Regex, UnicodeProperties) {
   EXPECT_TRUE(Full("\\p{L}+", "abc\xC3\xA9\xE4\xB8\xAD"));
   EXPECT_FALSE(Full("\\p{L}", "1"));
@@ -149,9 +167,12 @@ TEST(Regex, UnsupportedConstructsNameTheOffset) {
       {"a\\bc", StatusCode::kUnsupported, "offset 1"},
       {"\\B", StatusCode::kUnsupported, "offset 0"},
       {"a^b", StatusCode::kUnsupported, "offset 1"},
-      {"(^a)", StatusCode::kUnsupported, "offset 1"},
+      {"(^a)*", StatusCode::kUnsupported, "offset 1"},
+      {"a(^b)", StatusCode::kUnsupported, "offset 2"},
+      {"(a$)b", StatusCode::kUnsupported, "offset 2"},
+      {"^$a", StatusCode::kUnsupported, "offset 1"},
       {"a$b", StatusCode::kUnsupported, "offset 1"},
-      {"(a$)", StatusCode::kUnsupported, "offset 2"},
+      {"(a|(b$))c", StatusCode::kUnsupported, "offset 5"},
       {"(?i)a", StatusCode::kUnsupported, "offset 0"},
       {"\\q", StatusCode::kUnsupported, "offset 0"},
       {"\\Z", StatusCode::kUnsupported, "offset 0"},
