@@ -1,0 +1,76 @@
+// The engine's MaskProvider (engine.h) for a compiled constraint: one GrammarMatcher per
+// sample (n > 1 samples are independent), the budget from max_tokens, and the reasoning
+// trigger.
+//
+// Reasoning trigger: when the prompt ends inside thinking (V3.1/V3.2/V4 thinking mode, R1),
+// the model first writes free reasoning; the constraint starts only after the end-of-thinking
+// marker — the `</think>` token id where the version has one, the text "</think>" for R1
+// (whose tokenizer spells it with ordinary tokens; bytes of the same token after the marker
+// are fed to the matcher, leading whitespace dropped). Before the marker the mask allows
+// every token; the budget below is what keeps reasoning from eating the answer's room.
+//
+// Budget: each sample's matcher gets SetRemainingTokens(max_tokens - generated) before each
+// mask. While still reasoning, once the budget gets down to the shortest completion plus the
+// marker plus the margin, the mask forces the end-of-thinking marker, so the answer always
+// fits and closes. Either kind of narrowing counts as "forced" (forced()).
+//
+// Thread-safety: FillMask/Accept run on the engine's sampling thread; forced() may be read
+// from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ladle/engine/engine.h"
+#include "ladle/grammar/matcher.h"
+#include "ladle/structured/constraint.h"
+
+namespace ladle::structured {
+
+struct MaskOptions {
+  int n = 1;                // samples
+  uint32_t max_tokens = 256;
+  bool budget_aware = true;
+  uint32_t margin = 4;
+  // End-of-thinking trigger: set when the prompt ends inside thinking. `trigger_id` when
+  // the version has a </think> token, else `trigger_text` is matched in the output bytes.
+  bool starts_in_reasoning = false;
+  std::optional<engine::TokenId> trigger_id;
+  std::string trigger_text = "</think>";
+  // Tokens that spell trigger_text (R1), forced in order when the budget runs out.
+  std::vector<engine::TokenId> trigger_tokens;
+};
+
+// MaskOptions for a request of `version` whose encoded prompt ends_in_thinking or not.
+MaskOptions MaskOptionsFor(frontend::ModelVersion version, const tokenizer::Tokenizer& version_tok,
+                           bool ends_in_thinking, int n, uint32_t max_tokens, bool budget_aware);
+
+class StructuredMaskProvider : public engine::MaskProvider {
+ public:
+  StructuredMaskProvider(std::shared_ptr<const CompiledConstraint> constraint, MaskOptions opts);
+  ~StructuredMaskProvider() override;
+
+  void FillMask(int index, uint64_t* bits, size_t vocab_size) override;
+  void Accept(int index, engine::TokenId token) override;
+
+  // Whether the budget narrowed any sample's mask (reported in the response).
+  bool forced() const { return forced_.load(std::memory_order_relaxed); }
+  bool forced(int index) const;
+  // Whether sample `index` is past its reasoning (the constraint is active).
+  bool constrained(int index) const;
+  const CompiledConstraint& constraint() const { return *constraint_; }
+
+ private:
+  struct Sample;
+  Sample& At(int index);
+
+  std::shared_ptr<const CompiledConstraint> constraint_;
+  MaskOptions opts_;
+  std::vector<std::unique_ptr<Sample>> samples_;
+  std::atomic<bool> forced_{false};
+};
+
+}  // namespace ladle::structured

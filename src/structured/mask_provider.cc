@@ -1,0 +1,147 @@
+#include "ladle/structured/mask_provider.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ladle/core/logging.h"
+
+namespace ladle::structured {
+
+MaskOptions MaskOptionsFor(frontend::ModelVersion version, const tokenizer::Tokenizer& version_tok,
+                           bool ends_in_thinking, int n, uint32_t max_tokens, bool budget_aware) {
+  MaskOptions o;
+  o.n = std::max(1, n);
+  o.max_tokens = max_tokens;
+  o.budget_aware = budget_aware;
+  o.starts_in_reasoning = ends_in_thinking;
+  o.trigger_id = frontend::SpecialTokensFor(version).end_think;
+  if (!o.trigger_id) {
+    // R1 (and V3): "</think>" is ordinary text to this tokenizer.
+    o.trigger_tokens = version_tok.EncodePlain(o.trigger_text);
+  } else {
+    o.trigger_tokens = {*o.trigger_id};
+  }
+  return o;
+}
+
+struct StructuredMaskProvider::Sample {
+  explicit Sample(std::shared_ptr<const grammar::CompiledGrammar> g, const grammar::MatcherOptions& mo)
+      : matcher(std::move(g), mo) {}
+  grammar::GrammarMatcher matcher;
+  bool reasoning = false;
+  uint32_t generated = 0;
+  std::string tail;          // R1: the last output bytes, to find "</think>" across tokens
+  size_t trigger_pos = 0;    // how many trigger_tokens the budget has forced so far
+  bool forced = false;
+  bool reported_reject = false;
+};
+
+StructuredMaskProvider::StructuredMaskProvider(std::shared_ptr<const CompiledConstraint> constraint, MaskOptions opts)
+    : constraint_(std::move(constraint)), opts_(std::move(opts)) {
+  grammar::MatcherOptions mo;
+  mo.budget_aware = opts_.budget_aware;
+  mo.margin = opts_.margin;
+  for (int i = 0; i < std::max(1, opts_.n); ++i) {
+    auto s = std::make_unique<Sample>(constraint_->grammar, mo);
+    s->reasoning = opts_.starts_in_reasoning;
+    samples_.push_back(std::move(s));
+  }
+}
+
+StructuredMaskProvider::~StructuredMaskProvider() = default;
+
+StructuredMaskProvider::Sample& StructuredMaskProvider::At(int index) {
+  // The engine only asks for indices below n; clamp rather than crash on a stray one.
+  const size_t i = std::min(static_cast<size_t>(std::max(0, index)), samples_.size() - 1);
+  return *samples_[i];
+}
+
+bool StructuredMaskProvider::forced(int index) const {
+  if (index < 0 || static_cast<size_t>(index) >= samples_.size()) return false;
+  return samples_[static_cast<size_t>(index)]->forced;
+}
+
+bool StructuredMaskProvider::constrained(int index) const {
+  if (index < 0 || static_cast<size_t>(index) >= samples_.size()) return false;
+  return !samples_[static_cast<size_t>(index)]->reasoning;
+}
+
+void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_size) {
+  Sample& s = At(index);
+  const size_t words = (vocab_size + 63) / 64;
+  const uint32_t remaining = opts_.max_tokens > s.generated ? opts_.max_tokens - s.generated : 0;
+  if (s.reasoning) {
+    const size_t left = opts_.trigger_tokens.size() - std::min(s.trigger_pos, opts_.trigger_tokens.size());
+    const uint64_t need = uint64_t{s.matcher.ShortestCompletionTokens()} + left + opts_.margin;
+    if (opts_.budget_aware && left > 0 && remaining <= need) {
+      // Out of room for reasoning: close it now so the answer still fits.
+      std::memset(bits, 0, words * sizeof(uint64_t));
+      const engine::TokenId t = opts_.trigger_tokens[s.trigger_pos];
+      if (t < vocab_size) bits[t >> 6] |= uint64_t{1} << (t & 63);
+      s.forced = true;
+      forced_.store(true, std::memory_order_relaxed);
+      return;
+    }
+    std::fill(bits, bits + words, ~uint64_t{0});
+    if (vocab_size % 64) bits[words - 1] = (uint64_t{1} << (vocab_size % 64)) - 1;
+    return;
+  }
+  if (opts_.budget_aware) s.matcher.SetRemainingTokens(remaining);
+  const size_t gwords = (constraint_->grammar->vocab().vocab_size() + 63) / 64;
+  if (gwords == words) {
+    s.matcher.FillNextTokenMask(bits);
+  } else {
+    // The model has a different number of logit columns than the grammar's vocabulary:
+    // ids only one side knows are never allowed.
+    std::vector<uint64_t> tmp(gwords, 0);
+    s.matcher.FillNextTokenMask(tmp.data());
+    std::memset(bits, 0, words * sizeof(uint64_t));
+    std::memcpy(bits, tmp.data(), std::min(words, gwords) * sizeof(uint64_t));
+    if (vocab_size % 64 && words <= gwords) bits[words - 1] &= (uint64_t{1} << (vocab_size % 64)) - 1;
+  }
+  if (!s.forced && s.matcher.ForcedByBudget()) {
+    s.forced = true;
+    forced_.store(true, std::memory_order_relaxed);
+  }
+}
+
+void StructuredMaskProvider::Accept(int index, engine::TokenId token) {
+  Sample& s = At(index);
+  ++s.generated;
+  if (s.reasoning) {
+    if (s.trigger_pos < opts_.trigger_tokens.size() && opts_.trigger_tokens[s.trigger_pos] == token) {
+      ++s.trigger_pos;
+    } else {
+      s.trigger_pos = 0;
+    }
+    if (opts_.trigger_id) {
+      if (token == *opts_.trigger_id) s.reasoning = false;
+      return;
+    }
+    s.tail += constraint_->grammar->vocab().TokenBytes(token);
+    const size_t at = s.tail.find(opts_.trigger_text);
+    if (at == std::string::npos) {
+      const size_t keep = opts_.trigger_text.size() - 1;
+      if (s.tail.size() > keep) s.tail.erase(0, s.tail.size() - keep);
+      return;
+    }
+    s.reasoning = false;
+    std::string_view rest = std::string_view(s.tail).substr(at + opts_.trigger_text.size());
+    while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\n' || rest.front() == '\r' || rest.front() == '\t')) {
+      rest.remove_prefix(1);
+    }
+    // Text the model wrote in the same token as the marker starts the answer, if it fits.
+    if (!rest.empty()) (void)s.matcher.AcceptString(rest);
+    s.tail.clear();
+    return;
+  }
+  if (s.matcher.IsTerminated()) return;
+  if (!s.matcher.AcceptToken(token) && !s.reported_reject) {
+    // Only possible if the engine sampled outside the mask (e.g. everything was masked and
+    // it finished with an error); keep the matcher where it is.
+    s.reported_reject = true;
+    LADLE_LOG_WARN("grammar.token_rejected sample={} token={}", index, token);
+  }
+}
+
+}  // namespace ladle::structured
