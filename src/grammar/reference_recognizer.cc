@@ -4,6 +4,7 @@
 #include "reference_recognizer.h"
 
 #include <algorithm>
+#include <random>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -412,6 +413,161 @@ bool ReferenceIsPrefix(const Grammar& g, std::span<const Symbol> input, Status* 
 }
 bool ReferenceIsPrefix(const Grammar& g, std::string_view bytes, Status* error) {
   return RunOnce(g, bytes, error, true);
+}
+
+std::optional<std::vector<Symbol>> RandomSentence(const Grammar& g, uint64_t seed, size_t soft_length,
+                                                  int soft_depth) {
+  // height[e]: the least depth of a finite derivation of e (kInf: none). Always following a
+  // child of smaller height is what makes the "finish soon" mode terminate, even through
+  // rules that reach themselves without consuming anything.
+  constexpr uint32_t kInf = UINT32_MAX;
+  const size_t ne = g.exprs.size(), nr = g.rules.size();
+  if (g.root < 0 || static_cast<size_t>(g.root) >= nr) return std::nullopt;
+  std::vector<uint32_t> height(ne, kInf), rule_height(nr, kInf);
+  auto valid = [&](ExprId id) { return id >= 0 && static_cast<size_t>(id) < ne; };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < ne; ++i) {
+      const Expr& e = g.exprs[i];
+      uint32_t h = kInf;
+      switch (e.kind) {
+        case ExprKind::kEmpty: case ExprKind::kLiteral: case ExprKind::kSpecialToken: h = 1; break;
+        case ExprKind::kByteSet: h = e.bytes.Empty() ? kInf : 1; break;
+        case ExprKind::kCodePoints: h = e.ranges.empty() ? kInf : 1; break;
+        case ExprKind::kNothing: break;
+        case ExprKind::kSeq: {
+          uint32_t m = 0;
+          for (ExprId c : e.children) m = std::max(m, valid(c) ? height[static_cast<size_t>(c)] : kInf);
+          h = m == kInf ? kInf : m + 1;
+          break;
+        }
+        case ExprKind::kAlt:
+          for (ExprId c : e.children) {
+            const uint32_t ch = valid(c) ? height[static_cast<size_t>(c)] : kInf;
+            if (ch != kInf) h = std::min(h, ch + 1);
+          }
+          break;
+        case ExprKind::kRepeat: {
+          const uint32_t ch = !e.children.empty() && valid(e.children[0]) ? height[static_cast<size_t>(e.children[0])] : kInf;
+          if (e.max < e.min) break;
+          h = e.min == 0 ? 1 : ch == kInf ? kInf : ch + 1;
+          break;
+        }
+        case ExprKind::kRuleRef:
+          if (e.rule >= 0 && static_cast<size_t>(e.rule) < nr && rule_height[static_cast<size_t>(e.rule)] != kInf) {
+            h = rule_height[static_cast<size_t>(e.rule)] + 1;
+          }
+          break;
+      }
+      if (h < height[i]) {
+        height[i] = h;
+        changed = true;
+      }
+    }
+    for (size_t r = 0; r < nr; ++r) {
+      const ExprId body = g.rules[r].body;
+      const uint32_t h = valid(body) ? height[static_cast<size_t>(body)] : kInf;
+      if (h < rule_height[r]) {
+        rule_height[r] = h;
+        changed = true;
+      }
+    }
+  }
+  const ExprId root_body = g.rules[static_cast<size_t>(g.root)].body;
+  if (!valid(root_body) || height[static_cast<size_t>(root_body)] == kInf) return std::nullopt;
+
+  std::mt19937_64 rng(seed);
+  auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
+  std::vector<Symbol> out;
+  auto emit_cp = [&](uint32_t cp) {
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      s += static_cast<char>(0xE0 | (cp >> 12));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | (cp >> 18));
+      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    for (unsigned char b : s) out.push_back(ByteSymbol(b));
+  };
+  auto gen = [&](auto&& self, ExprId id, int depth) -> void {
+    const Expr& e = g.exprs[static_cast<size_t>(id)];
+    const bool finish = depth > soft_depth || out.size() > soft_length;
+    switch (e.kind) {
+      case ExprKind::kEmpty: case ExprKind::kNothing: break;
+      case ExprKind::kLiteral:
+        for (unsigned char b : e.text) out.push_back(ByteSymbol(b));
+        break;
+      case ExprKind::kByteSet: {
+        const uint64_t n = pick(0, 255);
+        for (unsigned k = 0; k < 256; ++k) {
+          const auto b = static_cast<uint8_t>((n + k) & 255);
+          if (e.bytes.Has(b)) {
+            out.push_back(ByteSymbol(b));
+            break;
+          }
+        }
+        break;
+      }
+      case ExprKind::kCodePoints: {
+        const CodeRange& r = e.ranges[pick(0, e.ranges.size() - 1)];
+        const uint64_t how = pick(0, 3);
+        uint32_t cp = how == 0 ? r.lo : how == 1 ? r.hi : static_cast<uint32_t>(pick(r.lo, r.hi));
+        if (cp >= 0xD800 && cp <= 0xDFFF) cp = r.lo < 0xD800 ? r.lo : r.hi;  // hand-made IR only
+        emit_cp(cp);
+        break;
+      }
+      case ExprKind::kSpecialToken: out.push_back(SpecialSymbol(e.token_id)); break;
+      case ExprKind::kSeq:
+        for (ExprId c : e.children) self(self, c, depth + 1);
+        break;
+      case ExprKind::kAlt: {
+        // Among finite children: any (normally) or one of the lowest (when finishing).
+        const uint32_t here = height[static_cast<size_t>(id)];
+        std::vector<ExprId> ok;
+        for (ExprId c : e.children) {
+          const uint32_t ch = height[static_cast<size_t>(c)];
+          if (ch == kInf) continue;
+          if (finish && ch + 1 != here) continue;
+          ok.push_back(c);
+        }
+        self(self, ok[pick(0, ok.size() - 1)], depth + 1);
+        break;
+      }
+      case ExprKind::kRepeat: {
+        uint64_t n = e.min;
+        if (!finish) {
+          const uint64_t extra = e.max == kUnbounded ? 3 : std::min<uint64_t>(e.max - e.min, 4);
+          n += pick(0, extra);
+        }
+        if (n > 0 && height[static_cast<size_t>(e.children[0])] == kInf) n = 0;  // min == 0 here
+        for (uint64_t k = 0; k < n; ++k) self(self, e.children[0], depth + 1);
+        break;
+      }
+      case ExprKind::kRuleRef: self(self, g.rules[static_cast<size_t>(e.rule)].body, depth + 1); break;
+    }
+  };
+  gen(gen, root_body, 0);
+  return out;
+}
+
+std::optional<std::string> RandomText(const Grammar& g, uint64_t seed, size_t soft_length, int soft_depth) {
+  auto s = RandomSentence(g, seed, soft_length, soft_depth);
+  if (!s) return std::nullopt;
+  std::string out;
+  for (Symbol x : *s) {
+    if (x.special) return std::nullopt;
+    out += static_cast<char>(x.value);
+  }
+  return out;
 }
 
 }  // namespace ladle::grammar

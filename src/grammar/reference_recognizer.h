@@ -16,6 +16,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -70,5 +72,14 @@ bool ReferenceMatches(const Grammar& g, std::span<const Symbol> input, Status* e
 bool ReferenceMatches(const Grammar& g, std::string_view bytes, Status* error = nullptr);
 bool ReferenceIsPrefix(const Grammar& g, std::span<const Symbol> input, Status* error = nullptr);
 bool ReferenceIsPrefix(const Grammar& g, std::string_view bytes, Status* error = nullptr);
+
+// A random sentence of the grammar, for differential tests and fuzzers: alternatives and
+// repeat counts drawn from `seed`, code points biased to the edges of their ranges. Past
+// `soft_depth` nested expressions or `soft_length` symbols it only takes the choices that
+// finish soonest, so it always terminates. nullopt when the root derives nothing.
+std::optional<std::vector<Symbol>> RandomSentence(const Grammar& g, uint64_t seed, size_t soft_length = 256,
+                                                  int soft_depth = 48);
+// Bytes only: nullopt also when the sentence holds a special token.
+std::optional<std::string> RandomText(const Grammar& g, uint64_t seed, size_t soft_length = 256, int soft_depth = 48);
 
 }  // namespace ladle::grammar

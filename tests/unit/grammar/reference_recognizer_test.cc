@@ -193,5 +193,37 @@ TEST(ReferenceRecognizer, OneShotHelpers) {
   EXPECT_FALSE(ReferenceIsPrefix(g, BytesToSymbols("x")));
 }
 
+TEST(ReferenceRecognizer, RandomSentencesAreSentences) {
+  GrammarBuilder b;
+  // value ::= "[" (value ("," value)*)? "]" | digit+ | <[7]> ; loop ::= loop | ""  (a cycle
+  // that consumes nothing); dead ::= "x" dead (no finite sentence).
+  RuleId value = b.DeclareRule("value");
+  RuleId loop = b.DeclareRule("loop");
+  b.DefineRule(loop, b.Alt({b.Ref(loop), b.Empty()}));
+  RuleId dead = b.DeclareRule("dead");
+  b.DefineRule(dead, b.Seq({b.Literal("x"), b.Ref(dead)}));
+  ExprId list = b.Seq({b.Literal("["), b.Optional(b.Seq({b.Ref(value), b.Star(b.Seq({b.Literal(","), b.Ref(value)}))})),
+                       b.Literal("]")});
+  b.DefineRule(value, b.Alt({list, b.Plus(b.ByteRange('0', '9')), b.SpecialToken(7), b.Ref(dead),
+                             b.Seq({b.Ref(loop), b.CodePoints({{0x80, 0x10FFFF}})})}));
+  auto g = BuildOrDie(b, value);
+  auto r = Rec(g);
+  size_t specials = 0, nested = 0;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    auto s = RandomSentence(g, seed);
+    ASSERT_TRUE(s.has_value());
+    EXPECT_TRUE(r.Matches(*s)) << seed;
+    for (Symbol x : *s) specials += x.special;
+    nested += s->size() > 2 && (*s)[1] == ByteSymbol('[');
+  }
+  EXPECT_GT(specials, 0u);
+  EXPECT_GT(nested, 0u);
+
+  GrammarBuilder n;
+  RuleId d = n.DeclareRule("root");
+  n.DefineRule(d, n.Seq({n.Literal("x"), n.Ref(d)}));
+  EXPECT_FALSE(RandomSentence(BuildOrDie(n, d), 1).has_value());
+}
+
 }  // namespace
 }  // namespace ladle::grammar
