@@ -8,8 +8,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import assert from 'node:assert/strict';
 
 const [mainUrl, smallUrl, apiKey, loadSecondsArg, loadClientsArg] = process.argv.slice(2);
-const loadSeconds = Number(loadSecondsArg ?? 5);
-const loadClients = Number(loadClientsArg ?? 32);
+const loadSeconds = Number(loadSecondsArg ?? 10);
+const loadClients = Number(loadClientsArg ?? 256);
 const MODEL = 'ladle';
 
 const openai = (base, key = apiKey) => new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0 });
@@ -169,6 +169,45 @@ await check('messages stop_sequences: stop_sequence reported', async () => {
   assert.equal(text, full.slice(0, full.indexOf(stop)));
 });
 
+await check('usage: the same conversation has the same prompt size in every API', async () => {
+  const text = 'Write a short poem about ladles.';
+  const c = await oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 3, temperature: 0 });
+  const r = await oa.responses.create({ model: MODEL, input: [{ role: 'user', content: text }], max_output_tokens: 3, temperature: 0 });
+  const m = await an.messages.create({ model: MODEL, max_tokens: 3, messages: user, temperature: 0 });
+  assert.equal(r.usage.input_tokens, c.usage.prompt_tokens);
+  assert.equal(m.usage.input_tokens, c.usage.prompt_tokens);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  assert.equal(c.usage.completion_tokens, 3);
+});
+
+await check('responses streaming: usage and text deltas agree with the final response', async () => {
+  const stream = await oa.responses.create({ model: MODEL, input: 'Write a short poem about ladles.', max_output_tokens: 8, temperature: 0, stream: true });
+  let text = '', final = null;
+  for await (const ev of stream) {
+    if (ev.type === 'response.output_text.delta') text += ev.delta;
+    if (ev.type === 'response.incomplete' || ev.type === 'response.completed') final = ev.response;
+  }
+  assert.ok(final, 'no final response event');
+  assert.ok(final.usage.input_tokens > 5);
+  assert.equal(final.usage.total_tokens, final.usage.input_tokens + final.usage.output_tokens);
+  const out = final.output.filter((o) => o.type === 'message').flatMap((o) => o.content).map((p) => p.text ?? '').join('');
+  assert.equal(text, out);
+});
+
+await check('messages streaming: max_tokens in message_delta, text equals the non-streaming answer', async () => {
+  const full = await an.messages.create({ model: MODEL, max_tokens: 10, messages: user, temperature: 0 });
+  const stream = an.messages.stream({ model: MODEL, max_tokens: 10, messages: user, temperature: 0 });
+  let text = '', stop = null, inTokens = NaN;
+  for await (const ev of stream) {
+    if (ev.type === 'message_start') inTokens = ev.message.usage.input_tokens;
+    if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+    if (ev.type === 'message_delta') stop = ev.delta.stop_reason;
+  }
+  assert.equal(stop, 'max_tokens');
+  assert.equal(inTokens, full.usage.input_tokens);
+  assert.equal(text, full.content.filter((b) => b.type === 'text').map((b) => b.text).join(''));
+});
+
 // ---- Errors ----
 await check('401 in each protocol\'s shape', async () => {
   await expectError(openai(mainUrl, 'wrong-key').chat.completions.create({ model: MODEL, messages: user, max_tokens: 4 }), 401,
@@ -201,6 +240,8 @@ await check('full queue: 429 (OpenAI) / 529 (Anthropic) with Retry-After', async
   const it = busy[Symbol.asyncIterator]();
   await it.next();  // the slot is taken while this stream runs
   await expectError(small.chat.completions.create({ model: MODEL, messages: user, max_tokens: 4 }), 429,
+    (e) => { assert.equal(e.headers.get('retry-after'), '1'); assert.equal(e.code, 'rate_limit_exceeded'); });
+  await expectError(small.responses.create({ model: MODEL, input: 'hi', max_output_tokens: 4 }), 429,
     (e) => assert.equal(e.headers.get('retry-after'), '1'));
   await expectError(anthropic(smallUrl).messages.create({ model: MODEL, max_tokens: 4, messages: user }), 529,
     (e) => { assert.equal(e.headers.get('retry-after'), '1'); assert.equal(e.error?.error?.type, 'overloaded_error'); });
@@ -233,56 +274,106 @@ await check('client abort mid-stream cancels and frees KV blocks (/metrics)', as
   assert.match(m.text, /ladle_requests_total\{api="chat",status="499"\} [1-9]/);
 });
 
+await check('Anthropic client abort mid-stream also frees KV blocks', async () => {
+  const before = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+  const stream = an.messages.stream({ model: MODEL, max_tokens: 4000, messages: user });
+  let n = 0, during = NaN;
+  try {
+    for await (const ev of stream) {
+      if (ev.type === 'content_block_delta' && ++n === 3) {
+        during = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+        stream.abort();
+      }
+    }
+  } catch (err) {
+    assert.ok(/abort/i.test(err.name + err.message), String(err));
+  }
+  assert.ok(during > before, `kv blocks during the stream ${during}, before ${before}`);
+  assert.ok(await waitFor(async () => (await metrics(mainUrl)).get('ladle_kv_blocks_used') === before),
+    'KV blocks were not freed after the abort');
+  assert.match((await metrics(mainUrl)).text, /ladle_requests_total\{api="messages",status="499"\} [1-9]/);
+});
+
 // ---- Load ----
 function pct(xs, p) {
   if (!xs.length) return NaN;
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 }
-await check(`load: ${loadClients} concurrent streaming clients for ${loadSeconds} s, zero errors`, async () => {
+// Every client streams back to back until the time is up, a third each through Chat,
+// Responses and Messages. Short outputs: on 2 CPU cores the engine makes ~100 tokens/s, and
+// every one of the clients must finish requests within the window. The server's RSS is
+// sampled from /metrics; after the warm-up (every stream admitted once) it must stay flat.
+const loadTokens = Number(process.env.LADLE_E2E_LOAD_TOKENS ?? 4);
+await check(`load: ${loadClients} concurrent streaming clients for ${loadSeconds} s, zero errors, flat memory`, async () => {
   const until = Date.now() + loadSeconds * 1000;
-  const ttft = [], itl = [];
+  const ttft = [], itl = [], rss = [];
   let ok = 0, errors = 0, tokens = 0;
   const t0 = performance.now();
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      const v = (await metrics(mainUrl)).get('process_resident_memory_bytes');
+      rss.push([(performance.now() - t0) / 1000, v / 1048576]);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
   const client = async (i) => {
     while (Date.now() < until) {
       try {
         const start = performance.now();
         let last = null;
+        const tick = () => {
+          const now = performance.now();
+          if (last === null) ttft.push(now - start); else itl.push(now - last);
+          last = now;
+        };
         if (i % 3 === 2) {
-          const stream = an.messages.stream({ model: MODEL, max_tokens: 32, messages: user });
-          stream.on('text', () => {
-            const now = performance.now();
-            if (last === null) ttft.push(now - start); else itl.push(now - last);
-            last = now;
-          });
+          const stream = an.messages.stream({ model: MODEL, max_tokens: loadTokens, messages: user });
+          stream.on('text', tick);
           const msg = await stream.finalMessage();
           tokens += msg.usage.output_tokens;
+        } else if (i % 3 === 1) {
+          const stream = await oa.responses.create({ model: MODEL, input: 'Write a short poem about ladles.', max_output_tokens: loadTokens, stream: true });
+          for await (const ev of stream) {
+            if (ev.type === 'response.output_text.delta' && ev.delta) tick();
+            if (ev.type === 'response.completed' || ev.type === 'response.incomplete') tokens += ev.response.usage.output_tokens;
+          }
         } else {
           const stream = await oa.chat.completions.create({
-            model: MODEL, messages: user, max_tokens: 32, stream: true, stream_options: { include_usage: true } });
+            model: MODEL, messages: user, max_tokens: loadTokens, stream: true, stream_options: { include_usage: true } });
           for await (const chunk of stream) {
             if (chunk.usage) tokens += chunk.usage.completion_tokens;
-            if (!chunk.choices[0]?.delta?.content) continue;
-            const now = performance.now();
-            if (last === null) ttft.push(now - start); else itl.push(now - last);
-            last = now;
+            if (chunk.choices[0]?.delta?.content) tick();
           }
         }
         ok++;
       } catch (err) {
         errors++;
-        console.log(`  load error: ${err}`);
+        console.log(`  load error (client ${i}): ${err}`);
       }
     }
   };
   await Promise.all(Array.from({ length: loadClients }, (_, i) => client(i)));
   const secs = (performance.now() - t0) / 1000;
+  sampling = false;
+  await sampler;
+  rss.push([secs, (await metrics(mainUrl)).get('process_resident_memory_bytes') / 1048576]);
+  // Least-squares trend of the samples after the first half (warm-up), times their span.
+  const late = rss.filter(([t]) => t >= secs / 2);
+  const mt = late.reduce((a, [t]) => a + t, 0) / late.length, mv = late.reduce((a, [, v]) => a + v, 0) / late.length;
+  const slope = late.reduce((a, [t, v]) => a + (t - mt) * (v - mv), 0) / Math.max(1e-9, late.reduce((a, [t]) => a + (t - mt) ** 2, 0));
+  const growth = slope * (late.at(-1)[0] - late[0][0]);
+  const peak = Math.max(...rss.map(([, v]) => v));
   console.log(`  load: requests=${ok} errors=${errors} tokens=${tokens} tokens/s=${(tokens / secs).toFixed(1)} ` +
     `ttft_ms p50=${pct(ttft, 50).toFixed(1)} p99=${pct(ttft, 99).toFixed(1)} ` +
-    `itl_ms p50=${pct(itl, 50).toFixed(1)} p99=${pct(itl, 99).toFixed(1)}`);
+    `itl_ms p50=${pct(itl, 50).toFixed(1)} p99=${pct(itl, 99).toFixed(1)} ` +
+    `rss_mb start=${rss[0][1].toFixed(1)} peak=${peak.toFixed(1)} end=${rss.at(-1)[1].toFixed(1)} ` +
+    `trend_after_warmup=${growth.toFixed(1)} (${late.length} samples)`);
   assert.equal(errors, 0);
   assert.ok(ok >= loadClients, `only ${ok} requests finished`);
+  assert.ok(late.length >= 3 && rss.every(([, v]) => v > 0), 'no RSS samples from /metrics');
+  assert.ok(growth <= 64, `server RSS grew ${growth.toFixed(1)} MB after the warm-up`);
 });
 
 console.log(failures ? `${failures} check(s) failed` : 'all e2e checks passed');

@@ -9,8 +9,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ladle="$1"
-load_seconds="${2:-5}"
-load_clients="${3:-32}"
+load_seconds="${2:-10}"
+load_clients="${3:-256}"
 
 skip_or_fail() {
   echo "e2e: $1" >&2
@@ -64,7 +64,8 @@ start_server() {
   exit 1
 }
 
-start_server "$work/main.log" --max-queue 128 --log-format json
+# The main server holds every load client at once (queue and running batch).
+start_server "$work/main.log" --max-queue $((load_clients + 32)) --max-running "$load_clients" --kv-blocks $((load_clients * 2 + 128)) --log-format json
 main_port="$port"; main_pid="${pids[0]}"
 start_server "$work/small.log" --max-queue 1
 small_port="$port"; small_pid="${pids[1]}"
@@ -76,7 +77,26 @@ if command -v curl >/dev/null 2>&1; then
 fi
 [[ "$curl_ok" == 1 ]] || { echo "e2e: /health failed" >&2; exit 1; }
 
-status=0
+# HTTP/1.0 (no chunked encoding): curl's own HTTP/1.0 parser reads a Content-Length reply and a
+# close-delimited stream.
+if command -v curl >/dev/null 2>&1; then
+  body='{"model":"ladle","messages":[{"role":"user","content":"Hi"}],"max_tokens":3'
+  plain="$(curl -sS --http1.0 -D "$work/h10.head" -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+    -d "$body}" "http://127.0.0.1:$main_port/v1/chat/completions")" || plain=""
+  streamed="$(curl -sS --http1.0 -N -D "$work/h10s.head" -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+    -d "$body,\"stream\":true}" "http://127.0.0.1:$main_port/v1/chat/completions")" || streamed=""
+  if head -1 "$work/h10.head" | grep -q '^HTTP/1.0 200' && grep -qi '^content-length:' "$work/h10.head" &&
+     [[ "$plain" == *'"completion_tokens":3'* ]] &&
+     head -1 "$work/h10s.head" | grep -q '^HTTP/1.0 200' && ! grep -qi '^transfer-encoding' "$work/h10s.head" &&
+     [[ "$streamed" == *'data: [DONE]'* ]]; then
+    echo "ok   HTTP/1.0 client (curl --http1.0): Content-Length reply and close-delimited stream"
+  else
+    echo "FAIL HTTP/1.0 client"; cat "$work/h10.head" "$work/h10s.head"; echo "$plain"; echo "$streamed"
+    http10_failed=1
+  fi
+fi
+
+status="${http10_failed:-0}"
 node "$here/e2e.mjs" "http://127.0.0.1:$main_port" "http://127.0.0.1:$small_port" "$key" \
   "$load_seconds" "$load_clients" || status=1
 
