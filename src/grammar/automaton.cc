@@ -20,7 +20,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Rules up to this many NFA states (estimated, fully inlined) are copied into callers.
+// Rules up to this many NFA states (estimated, fully inlined) are copied into callers,
+// unless they contain an unbounded repeat: those (string bodies, digit runs) are where most
+// tokens stay inside the rule, so keeping them as their own unit lets one cached mask entry
+// serve every caller and, through the structural key, every grammar in the process. Bounded
+// pieces (whitespace, literals, small alternations) are flattened: a call costs a push and
+// makes tokens crossing the callee's end uncertain.
 constexpr uint64_t kInlineMaxStates = 400;
 constexpr uint64_t kSaturate = uint64_t{1} << 40;
 // Rough heap cost of one NFA state with its edges, and of one DFA state's bookkeeping.
@@ -129,6 +134,7 @@ class Analysis {
   explicit Analysis(const Grammar& g) : g_(g) {
     FindRecursive();
     size_memo_.assign(g.exprs.size(), UINT64_MAX);
+    unbounded_.assign(g.exprs.size(), 0);
     inline_.assign(g.rules.size(), 0);
     rule_done_.assign(g.rules.size(), 0);
   }
@@ -136,7 +142,8 @@ class Analysis {
     if (recursive_[r]) return false;
     if (!rule_done_[r]) {
       rule_done_[r] = 1;
-      inline_[r] = Size(g_.rules[r].body) <= kInlineMaxStates;
+      const ExprId body = g_.rules[r].body;
+      inline_[r] = Size(body) <= kInlineMaxStates && !unbounded_[body];
     }
     return inline_[r];
   }
@@ -146,6 +153,16 @@ class Analysis {
     if (size_memo_[id] != UINT64_MAX) return size_memo_[id];
     const Expr& e = g_.exprs[id];
     uint64_t s = 1;
+    bool unb = e.kind == ExprKind::kRepeat && e.max == kUnbounded;
+    for (ExprId c : e.children) {
+      Size(c);
+      unb = unb || unbounded_[c];
+    }
+    if (e.kind == ExprKind::kRuleRef && Inlinable(e.rule)) {
+      Size(g_.rules[e.rule].body);
+      unb = unb || unbounded_[g_.rules[e.rule].body];
+    }
+    unbounded_[id] = unb;
     switch (e.kind) {
       case ExprKind::kLiteral: s = e.text.size() + 1; break;
       case ExprKind::kCodePoints: s = 8 + 4 * e.ranges.size(); break;
@@ -231,6 +248,7 @@ class Analysis {
   const Grammar& g_;
   std::vector<uint8_t> recursive_;
   std::vector<uint64_t> size_memo_;
+  std::vector<uint8_t> unbounded_;  // by expression: contains an unbounded repeat (inlined refs included)
   std::vector<uint8_t> inline_, rule_done_;
 };
 

@@ -43,12 +43,69 @@ void MaskEntry::OrInto(uint64_t* bits) const {
   }
 }
 
+namespace {
+
+// The classifier's view of the pushdown automaton as a lazily built DFA over closed stack
+// sets: inside one frame the same few sets recur at every trie depth, so each trie step is
+// a table lookup after the first time. Past kMaxSets the table stops growing and steps
+// are simulated directly.
+class SetDfa {
+ public:
+  static constexpr int32_t kDead = -1;
+  static constexpr int32_t kUnknown = -2;
+  static constexpr size_t kMaxSets = 4096;
+
+  SetDfa(const Automaton& a) : sim_(a, arena_) {}
+
+  int32_t Start(int32_t state) {
+    const int32_t root = arena_.Intern(sim_.automaton(), state, kBarrier);
+    StackSet s;
+    sim_.Close(std::span<const int32_t>(&root, 1), s);
+    return Intern(std::move(s));
+  }
+  bool Barrier(int32_t set) const { return sets_[set].barrier; }
+  int32_t Step(int32_t set, uint8_t b) {
+    if (static_cast<size_t>(set) < memo_rows_) {
+      int32_t& t = trans_[static_cast<size_t>(set) * 256 + b];
+      if (t == kUnknown) t = Compute(set, b);
+      return t;
+    }
+    return Compute(set, b);
+  }
+
+ private:
+  int32_t Compute(int32_t set, uint8_t b) {
+    StackSet out;
+    if (!sim_.StepByte(sets_[set], b, out)) return kDead;
+    return Intern(std::move(out));
+  }
+  int32_t Intern(StackSet s) {
+    std::string key(reinterpret_cast<const char*>(s.tops.data()), s.tops.size() * sizeof(int32_t));
+    key.push_back(static_cast<char>(s.barrier | (s.can_end << 1)));
+    auto [it, fresh] = index_.try_emplace(std::move(key), static_cast<int32_t>(sets_.size()));
+    if (fresh) {
+      sets_.push_back(std::move(s));
+      if (sets_.size() <= kMaxSets) {
+        trans_.resize(sets_.size() * 256, kUnknown);
+        memo_rows_ = sets_.size();
+      }
+    }
+    return it->second;
+  }
+
+  Arena arena_;
+  Simulator sim_;
+  std::vector<StackSet> sets_;
+  std::unordered_map<std::string, int32_t> index_;
+  std::vector<int32_t> trans_;
+  size_t memo_rows_ = 0;
+};
+
+}  // namespace
+
 MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
-  Arena arena;
-  Simulator sim(a, arena);
-  const int32_t root = arena.Intern(a, state, kBarrier);
-  std::vector<StackSet> lv(1);
-  sim.Close(std::span<const int32_t>(&root, 1), lv[0]);
+  SetDfa dfa(a);
+  std::vector<int32_t> lv(1, dfa.Start(state));
   std::vector<uint8_t> anyb(1, 0);  // anyb[d]: the frame could pop before byte d
   std::vector<TokenId> acc;
   MaskEntry e;
@@ -63,8 +120,9 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
     }
     size_t p = std::min<size_t>(v.lcp[i], valid);
     for (; p < len; ++p) {
-      anyb[p + 1] = anyb[p] || lv[p].barrier;
-      if (!sim.StepByte(lv[p], static_cast<uint8_t>(tok[p]), lv[p + 1])) break;
+      anyb[p + 1] = anyb[p] || dfa.Barrier(lv[p]);
+      lv[p + 1] = dfa.Step(lv[p], static_cast<uint8_t>(tok[p]));
+      if (lv[p + 1] == SetDfa::kDead) break;
     }
     if (p == len) {
       acc.push_back(v.sorted[i]);
@@ -72,16 +130,19 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
       ++i;
       continue;
     }
-    // Dead at byte p without popping: every token sharing tok[0..p] fails the same way.
+    // Dead at byte p without popping: every token sharing tok[0..p] fails the same way, and
+    // is uncertain if the frame could have popped before.
     valid = p;
-    size_t j = i + 1;
+    const uint32_t end = v.GroupEnd(static_cast<uint32_t>(i), p + 1);
     if (anyb[p + 1]) {
-      e.uncertain.push_back(static_cast<uint32_t>(i));
-      for (; j < n && v.lcp[j] >= p + 1; ++j) e.uncertain.push_back(static_cast<uint32_t>(j));
-    } else {
-      while (j < n && v.lcp[j] >= p + 1) j = v.subtree_end[j];
+      if (!e.uncertain.empty() && e.uncertain.back().second == i) {
+        e.uncertain.back().second = end;
+      } else {
+        e.uncertain.push_back({static_cast<uint32_t>(i), end});
+      }
+      e.uncertain_count += end - i;
     }
-    i = j;
+    i = end;
   }
   e.accepted_count = acc.size();
   if (acc.size() * 32 >= v.vocab_size) {

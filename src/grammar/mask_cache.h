@@ -26,12 +26,15 @@ struct MaskEntry {
   // Whichever is smaller: a bitset over ids (vocab words) or a sorted id list.
   std::vector<uint64_t> accepted_bits;
   std::vector<TokenId> accepted_ids;
-  std::vector<uint32_t> uncertain;  // sorted trie positions
-  size_t accepted_count = 0;
+  // Sorted, disjoint [begin, end) ranges of trie positions: the groups below a prefix at which
+  // the frame could pop. Ranges, not lists: "the frame may end here" makes every token
+  // uncertain, and the runtime walk skips dead groups wholesale anyway.
+  std::vector<std::pair<uint32_t, uint32_t>> uncertain;
+  size_t accepted_count = 0, uncertain_count = 0;
 
   void OrInto(uint64_t* bits) const;
   size_t MemoryBytes() const {
-    return sizeof(*this) + accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 4;
+    return sizeof(*this) + accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 8;
   }
 };
 

@@ -21,6 +21,19 @@ constexpr size_t kMaxJumpForward = 4096;
 
 inline void SetBit(uint64_t* bits, TokenId id) { bits[id >> 6] |= uint64_t{1} << (id & 63); }
 inline bool HasBit(const uint64_t* bits, TokenId id) { return (bits[id >> 6] >> (id & 63)) & 1; }
+
+void MergeRanges(std::vector<PosRange>& r) {
+  std::sort(r.begin(), r.end());
+  size_t k = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (k > 0 && r[i].first <= r[k - 1].second) {
+      r[k - 1].second = std::max(r[k - 1].second, r[i].second);
+    } else {
+      r[k++] = r[i];
+    }
+  }
+  r.resize(k);
+}
 }  // namespace
 
 // ---- CompiledGrammar ------------------------------------------------------------------------
@@ -95,7 +108,7 @@ struct GrammarMatcher::Impl {
   // Scratch.
   std::vector<StackSet> levels;
   std::vector<int32_t> states;
-  std::vector<uint32_t> cand;
+  std::vector<PosRange> ranges;
 
   void ResetState() {
     arena.Clear();
@@ -193,17 +206,12 @@ struct GrammarMatcher::Impl {
       entries.push_back(&cg->impl().cache->Get(a, v, g));
       entries.back()->OrInto(bits);
     }
-    cand.clear();
-    for (const MaskEntry* e : entries) {
-      for (uint32_t pos : e->uncertain) {
-        if (!HasBit(bits, v.sorted[pos])) cand.push_back(pos);
-      }
-    }
-    if (entries.size() > 1) {
-      std::sort(cand.begin(), cand.end());
-      cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
-    }
-    WalkTokens(sim, v, cur, cand, levels, [&](uint32_t pos, const StackSet&) { SetBit(bits, v.sorted[pos]); });
+    ranges.clear();
+    for (const MaskEntry* e : entries) ranges.insert(ranges.end(), e->uncertain.begin(), e->uncertain.end());
+    if (entries.size() > 1) MergeRanges(ranges);
+    WalkRanges(
+        sim, v, cur, ranges, levels, [&](uint32_t pos) { return HasBit(bits, v.sorted[pos]); },
+        [&](uint32_t pos, const StackSet&) { SetBit(bits, v.sorted[pos]); });
     if (opts.budget_aware && remaining) ApplyBudget(bits);
   }
 
@@ -227,12 +235,11 @@ struct GrammarMatcher::Impl {
         if (Advance(t, s)) after.push_back({t, sim.Shortest(s)});
       }
     }
-    cand.clear();
-    for (uint32_t pos = 0; pos < v.sorted.size(); ++pos) {
-      if (HasBit(bits, v.sorted[pos])) cand.push_back(pos);
-    }
-    WalkTokens(sim, v, cur, cand, levels,
-               [&](uint32_t pos, const StackSet& end) { after.push_back({v.sorted[pos], sim.Shortest(end)}); });
+    const PosRange all{0, static_cast<uint32_t>(v.sorted.size())};
+    WalkRanges(
+        sim, v, cur, std::span<const PosRange>(&all, 1), levels,
+        [&](uint32_t pos) { return !HasBit(bits, v.sorted[pos]); },
+        [&](uint32_t pos, const StackSet& end) { after.push_back({v.sorted[pos], sim.Shortest(end)}); });
     uint32_t best = kInfDist;
     for (auto& [t, d] : after) best = std::min(best, d);
     // Nothing fits (the budget was already too small): keep the tokens that get closest.

@@ -80,40 +80,44 @@ class Simulator {
   StackSet tmp_;
 };
 
-// Walks sorted trie positions `pos` (ascending) from `start`, sharing the simulation of common
-// prefixes and skipping every later position below a prefix that died. Calls
-// done(position, end_set) for each token consumed entirely; skipped tokens get no call.
-template <typename Done>
-void WalkTokens(Simulator& sim, const TokenVocabulary::Impl& v, const StackSet& start,
-                std::span<const uint32_t> pos, std::vector<StackSet>& levels, Done&& done) {
+using PosRange = std::pair<uint32_t, uint32_t>;  // [begin, end) of sorted trie positions
+
+// Walks the trie positions in `ranges` (sorted, disjoint) from `start`, sharing the simulation
+// of common prefixes with the previous simulated token and jumping over the whole group below
+// a prefix that died. Positions with skip(pos) are not simulated; done(pos, end_set) is called
+// for each token consumed entirely.
+template <typename Skip, typename Done>
+void WalkRanges(Simulator& sim, const TokenVocabulary::Impl& v, const StackSet& start,
+                std::span<const PosRange> ranges, std::vector<StackSet>& levels, Skip&& skip, Done&& done) {
   if (levels.empty()) levels.resize(1);
   levels[0] = start;
   std::string_view prev;
   size_t valid = 0;  // levels[0..valid] hold the prefix of `prev`
-  for (size_t k = 0; k < pos.size(); ++k) {
-    std::string_view tok = v.SortedBytes(pos[k]);
-    size_t l = 0;
-    const size_t lim = std::min({prev.size(), tok.size(), valid});
-    while (l < lim && prev[l] == tok[l]) ++l;
-    if (levels.size() < tok.size() + 1) levels.resize(tok.size() + 1);
-    size_t p = l;
-    for (; p < tok.size(); ++p) {
-      if (!sim.StepByte(levels[p], static_cast<uint8_t>(tok[p]), levels[p + 1])) break;
-    }
-    if (p < tok.size()) {
-      // Dead after tok[0..p]: skip the following positions sharing that prefix.
-      while (k + 1 < pos.size()) {
-        std::string_view nx = v.SortedBytes(pos[k + 1]);
-        if (nx.size() <= p || nx.compare(0, p + 1, tok, 0, p + 1) != 0) break;
-        ++k;
+  for (const PosRange& r : ranges) {
+    for (uint32_t i = r.first; i < r.second;) {
+      if (skip(i)) {
+        ++i;
+        continue;
+      }
+      std::string_view tok = v.SortedBytes(i);
+      size_t l = 0;
+      const size_t lim = std::min({prev.size(), tok.size(), valid});
+      while (l < lim && prev[l] == tok[l]) ++l;
+      if (levels.size() < tok.size() + 1) levels.resize(tok.size() + 1);
+      size_t p = l;
+      for (; p < tok.size(); ++p) {
+        if (!sim.StepByte(levels[p], static_cast<uint8_t>(tok[p]), levels[p + 1])) break;
       }
       prev = tok;
-      valid = p;
-      continue;
+      if (p < tok.size()) {
+        valid = p;
+        i = v.GroupEnd(i, p + 1);
+        continue;
+      }
+      valid = tok.size();
+      done(i, levels[tok.size()]);
+      ++i;
     }
-    done(pos[k], levels[tok.size()]);
-    prev = tok;
-    valid = tok.size();
   }
 }
 

@@ -24,6 +24,13 @@ Status BuildTrie(TokenVocabulary::Impl& v) {
     return c != 0 ? c < 0 : a < b;
   });
   const size_t n = v.sorted.size();
+  v.sorted_blob.clear();
+  v.sorted_off.assign(1, 0);
+  for (TokenId id : v.sorted) {
+    v.sorted_blob += v.bytes[id];
+    if (v.sorted_blob.size() > UINT32_MAX) return InvalidArgument("vocabulary larger than 4 GiB");
+    v.sorted_off.push_back(static_cast<uint32_t>(v.sorted_blob.size()));
+  }
   v.lcp.assign(n, 0);
   v.subtree_end.assign(n, static_cast<uint32_t>(n));
   for (size_t i = 0; i < n; ++i) {
@@ -34,6 +41,11 @@ Status BuildTrie(TokenVocabulary::Impl& v) {
     while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
     if (k > UINT16_MAX) return InvalidArgument("token longer than 65535 bytes");
     v.lcp[i] = static_cast<uint16_t>(k);
+  }
+  v.first_byte_end.assign(256, 0);
+  for (size_t b = 0, i = 0; b < 256; ++b) {
+    while (i < n && static_cast<uint8_t>(v.bytes[v.sorted[i]][0]) <= b) ++i;
+    v.first_byte_end[b] = static_cast<uint32_t>(i);
   }
   // subtree_end[i]: the first j > i with lcp < len(i) somewhere in (i, j]. A stack of open
   // tokens, closed when a later lcp drops below their length.

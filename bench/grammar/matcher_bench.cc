@@ -1,0 +1,181 @@
+// matcher_bench: the grammar runtime on the DeepSeek vocabulary, one thread.
+//
+//   matcher_bench [--tokenizer=PATH] [--docs=N] [--eager]
+//
+// For each hand-built grammar (a recursive JSON grammar, a flat string-heavy one, and the
+// JsonSchemaGrammar of a few schemas when that front-end is linked in): compile time, then
+// documents of that grammar tokenized with EncodePlain and driven token by token —
+// FillNextTokenMask timed per call (percentiles over all calls, cold = the first use of a
+// state's cache included), AcceptToken checked. Prints one table; timing lives here, not in
+// the unit tests.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ladle/grammar/grammar.h"
+#include "ladle/grammar/matcher.h"
+#include "ladle/json/json.h"
+#include "ladle/tokenizer/tokenizer.h"
+#include "mask_cache.h"
+
+namespace {
+
+namespace grammar = ladle::grammar;
+using Clock = std::chrono::steady_clock;
+
+double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+std::string Arg(int argc, char** argv, const std::string& name, const std::string& def) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--" + name + "=", 0) == 0) return a.substr(name.size() + 3);
+    if (a == "--" + name) return "1";
+  }
+  return def;
+}
+
+std::string DefaultTokenizer() {
+  if (const char* t = std::getenv("LADLE_TOKENIZER")) return t;
+  std::string cache = std::getenv("LADLE_CACHE") ? std::getenv("LADLE_CACHE") : LADLE_BENCH_CACHE_DIR;
+  std::string p = cache + "/tokenizers/deepseek-v3/tokenizer.json";
+  if (std::filesystem::exists(p)) return p;
+  std::string shared = std::getenv("LADLE_SHARED") ? std::getenv("LADLE_SHARED") : LADLE_BENCH_SHARED_DIR;
+  return shared + "/tokenizers/deepseek-v3/tokenizer.json";
+}
+
+grammar::Grammar JsonGrammar() {
+  grammar::GrammarBuilder b;
+  auto value = b.DeclareRule("value");
+  auto ws = b.AddRule("ws", b.Repeat(b.ByteRange(' ', ' '), 0, 4));
+  auto esc = b.Seq({b.Literal("\\"), b.Alt({b.Literal("\""), b.Literal("\\"), b.Literal("n"), b.Literal("t")})});
+  auto ch = b.Alt({b.CodePoints({{'"', '"'}, {'\\', '\\'}, {0, 0x1F}}, true), esc});
+  auto str = b.AddRule("string", b.Seq({b.Literal("\""), b.Star(ch), b.Literal("\"")}));
+  auto num = b.AddRule("number", b.Seq({b.Optional(b.Literal("-")), b.Plus(b.ByteRange('0', '9')),
+                                        b.Optional(b.Seq({b.Literal("."), b.Plus(b.ByteRange('0', '9'))}))}));
+  auto member = b.Seq({b.Ref(str), b.Ref(ws), b.Literal(":"), b.Ref(ws), b.Ref(value)});
+  auto sep = b.Seq({b.Ref(ws), b.Literal(","), b.Ref(ws)});
+  auto obj = b.AddRule("object", b.Seq({b.Literal("{"), b.Ref(ws),
+                                        b.Optional(b.Seq({member, b.Star(b.Seq({sep, member}))})), b.Ref(ws),
+                                        b.Literal("}")}));
+  auto arr = b.AddRule("array", b.Seq({b.Literal("["), b.Ref(ws),
+                                       b.Optional(b.Seq({b.Ref(value), b.Star(b.Seq({sep, b.Ref(value)}))})),
+                                       b.Ref(ws), b.Literal("]")}));
+  b.DefineRule(value, b.Alt({b.Ref(obj), b.Ref(arr), b.Ref(str), b.Ref(num), b.Literal("true"),
+                             b.Literal("false"), b.Literal("null")}));
+  return *b.Build(value);
+}
+
+grammar::Grammar StringHeavyGrammar() {
+  grammar::GrammarBuilder b;
+  auto ch = b.Alt({b.CodePoints({{'"', '"'}, {'\\', '\\'}, {0, 0x1F}}, true),
+                   b.Seq({b.Literal("\\"), b.ByteRange('"', '"')})});
+  auto s = b.Seq({b.Literal("\""), b.Star(ch), b.Literal("\"")});
+  auto kv = b.Seq({s, b.Literal(": "), s});
+  auto root = b.AddRule("root", b.Seq({b.Literal("{"), kv, b.Star(b.Seq({b.Literal(", "), kv})), b.Literal("}")}));
+  return *b.Build(root);
+}
+
+struct Case {
+  std::string name;
+  grammar::Grammar g;
+  std::vector<std::string> docs;
+};
+
+std::vector<std::string> JsonDocs() {
+  return {
+      R"({"name": "Ada Lovelace", "born": 1815, "tags": ["math", "poetry"], "active": false})",
+      R"([{"id": 1, "v": [1.5, -2, 3]}, {"id": 2, "v": []}, null, true, "x\"y"])",
+      R"({"query": "SELECT * FROM users WHERE name = \"bob\"", "limit": 10, "nested": {"a": {"b": {"c": [[], [[]]]}}}})",
+      R"({"text": "Der schnelle braune Fuchs springt über den faulen Hund. 中文也可以。", "n": 42})",
+  };
+}
+
+std::vector<std::string> StringDocs() {
+  return {
+      R"({"title": "A long title with many words in it", "body": "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et dolore magna aliqua."})",
+      R"({"a": "short", "b": "with \"quotes\" inside", "c": "unicode: naïve café — 東京"})",
+  };
+}
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string tok_path = Arg(argc, argv, "tokenizer", DefaultTokenizer());
+  const bool eager = Arg(argc, argv, "eager", "") == "1";
+  const int reps = std::atoi(Arg(argc, argv, "reps", "20").c_str());
+  auto tok = ladle::tokenizer::Tokenizer::FromFile(tok_path);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "matcher_bench: %s\n", tok.status().ToString().c_str());
+    return 1;
+  }
+  auto t0 = Clock::now();
+  auto vocab = grammar::TokenVocabulary::FromTokenizer(*tok, {1});
+  if (!vocab.ok()) return 1;
+  std::printf("vocabulary: %.1f ms (%zu ids)\n", Us(Clock::now() - t0) / 1000, (*vocab)->vocab_size());
+
+  std::vector<Case> cases = {{"json (recursive rules)", JsonGrammar(), JsonDocs()},
+                             {"string-heavy (one rule)", StringHeavyGrammar(), StringDocs()}};
+  std::printf("%-26s %10s %10s %9s %9s %9s %9s %9s %7s\n", "grammar", "compile_us", "1st_mask", "cold_p50",
+              "cold_p99", "warm_p50", "warm_p99", "warm_p999", "tokens");
+  grammar::CompileOptions copts;
+  copts.eager_mask_cache = eager;
+  for (const Case& c : cases) {
+    // Compile time: mean over reps (the process-wide mask cache is warm after the first,
+    // which is the production situation for repeated sub-automata).
+    double compile_total = 0;
+    std::shared_ptr<const grammar::CompiledGrammar> cg;
+    for (int r = 0; r < reps; ++r) {
+      auto t = Clock::now();
+      auto x = grammar::CompiledGrammar::Compile(c.g, *vocab, copts);
+      compile_total += Us(Clock::now() - t);
+      if (!x.ok()) {
+        std::fprintf(stderr, "%s: %s\n", c.name.c_str(), x.status().ToString().c_str());
+        return 1;
+      }
+      if (r == 0) cg = *x;
+    }
+    std::vector<uint64_t> bits(((*vocab)->vocab_size() + 63) / 64);
+    std::vector<double> cold, warm;
+    double first = 0;
+    size_t tokens = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const std::string& doc : c.docs) {
+        auto ids = tok->EncodePlain(doc);
+        ids.push_back(1);
+        grammar::GrammarMatcher m(cg);
+        for (auto id : ids) {
+          auto t = Clock::now();
+          m.FillNextTokenMask(bits.data());
+          double us = Us(Clock::now() - t);
+          if (pass == 0 && cold.empty()) first = us;
+          (pass == 0 ? cold : warm).push_back(us);
+          if (!((bits[id >> 6] >> (id & 63)) & 1) || !m.AcceptToken(id)) {
+            std::fprintf(stderr, "%s: token %u rejected in '%s'\n", c.name.c_str(), id, doc.c_str());
+            return 1;
+          }
+          tokens += pass == 0;
+        }
+      }
+    }
+    std::printf("%-26s %10.1f %10.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7zu\n", c.name.c_str(), compile_total / reps,
+                first, Pct(cold, 50), Pct(cold, 99), Pct(warm, 50), Pct(warm, 99), Pct(warm, 99.9), tokens);
+  }
+  auto st = grammar::GetSharedMaskCacheStats();
+  std::printf("shared mask cache: %zu entries, %.1f MiB, %zu hits, %zu misses\n", st.entries,
+              static_cast<double>(st.bytes) / (1 << 20), st.hits, st.misses);
+  return 0;
+}
