@@ -72,7 +72,8 @@ void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_si
   const uint32_t remaining = opts_.max_tokens > s.generated ? opts_.max_tokens - s.generated : 0;
   if (s.reasoning) {
     const size_t left = opts_.trigger_tokens.size() - std::min(s.trigger_pos, opts_.trigger_tokens.size());
-    const uint64_t need = uint64_t{s.matcher.ShortestCompletionTokens()} + left + opts_.margin;
+    // The marker, the shortest answer, EOS and the margin must still fit.
+    const uint64_t need = uint64_t{s.matcher.ShortestCompletionTokens()} + left + 1 + opts_.margin;
     if (opts_.budget_aware && left > 0 && remaining <= need) {
       // Out of room for reasoning: close it now so the answer still fits.
       std::memset(bits, 0, words * sizeof(uint64_t));
@@ -86,7 +87,9 @@ void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_si
     if (vocab_size % 64) bits[words - 1] = (uint64_t{1} << (vocab_size % 64)) - 1;
     return;
   }
-  if (opts_.budget_aware) s.matcher.SetRemainingTokens(remaining);
+  // One token is kept back for EOS: the matcher's budget covers the document, and a
+  // document that closes on the very last token would still finish as "length".
+  if (opts_.budget_aware) s.matcher.SetRemainingTokens(remaining > 0 ? remaining - 1 : 0);
   const size_t gwords = (constraint_->grammar->vocab().vocab_size() + 63) / 64;
   if (gwords == words) {
     s.matcher.FillNextTokenMask(bits);

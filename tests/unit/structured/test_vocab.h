@@ -18,7 +18,7 @@ inline uint32_t ByteToken(unsigned char c) { return kByte0 + c; }
 inline std::vector<std::string> Tokens() {
   std::vector<std::string> t = {"<bos>", "<eos>", "</think>"};
   for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* s : {"{\"", "\":", "\"}", "true", "false", "null", "123", "ab", "abc", "</", "think>"}) t.push_back(s);
+  for (const char* s : {"{\"", "\":", "\"}", "true", "false", "null", "123", "ab", "abc", "</", "think>", "think>\nx"}) t.push_back(s);
   return t;
 }
 

@@ -1,0 +1,196 @@
+// The MaskProvider adapter: per-sample matchers, the reasoning trigger (token id and R1 text)
+// and budget-forced closing of reasoning.
+#include "ladle/structured/mask_provider.h"
+
+#include <gtest/gtest.h>
+
+#include "ladle/structured/compile_service.h"
+#include "test_vocab.h"
+
+namespace ladle::structured {
+namespace {
+
+using testing_vocab::ByteToken;
+using testing_vocab::kEndThink;
+using testing_vocab::kEos;
+
+constexpr size_t kVocab = 320;
+
+std::shared_ptr<const CompiledConstraint> CompileRegex(const std::string& pattern) {
+  ConstraintSpec s;
+  s.kind = ConstraintKind::kRegex;
+  s.payload = pattern;
+  auto c = CompileLocally(s, testing_vocab::ByteVocabulary(kVocab), {});
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : nullptr;
+}
+
+struct Mask {
+  std::vector<uint64_t> bits = std::vector<uint64_t>((kVocab + 63) / 64, 0);
+  bool Has(uint32_t id) const { return (bits[id >> 6] >> (id & 63)) & 1; }
+  size_t Count() const {
+    size_t n = 0;
+    for (uint32_t i = 0; i < kVocab; ++i) n += Has(i);
+    return n;
+  }
+};
+
+Mask Fill(StructuredMaskProvider& p, int index) {
+  Mask m;
+  p.FillMask(index, m.bits.data(), kVocab);
+  return m;
+}
+
+TEST(MaskProvider, ConstrainsFromTheFirstTokenWithoutReasoning) {
+  MaskOptions o;
+  o.max_tokens = 100;
+  StructuredMaskProvider p(CompileRegex("[0-9]{3}"), o);
+  EXPECT_TRUE(p.constrained(0));
+  for (int i = 0; i < 3; ++i) {
+    Mask m = Fill(p, 0);
+    EXPECT_TRUE(m.Has(ByteToken('7')));
+    EXPECT_FALSE(m.Has(ByteToken('a')));
+    EXPECT_FALSE(m.Has(kEos));
+    p.Accept(0, ByteToken('7'));
+  }
+  Mask end = Fill(p, 0);
+  EXPECT_TRUE(end.Has(kEos));
+  EXPECT_EQ(end.Count(), 1u);
+  EXPECT_FALSE(p.forced());
+}
+
+TEST(MaskProvider, ThinkingTriggerByTokenId) {
+  MaskOptions o;
+  o.max_tokens = 100;
+  o.starts_in_reasoning = true;
+  o.trigger_id = kEndThink;
+  o.trigger_tokens = {kEndThink};
+  StructuredMaskProvider p(CompileRegex("[0-9]+"), o);
+  EXPECT_FALSE(p.constrained(0));
+  // Free while reasoning: letters, the marker and EOS are all allowed.
+  Mask free = Fill(p, 0);
+  EXPECT_TRUE(free.Has(ByteToken('a')));
+  EXPECT_TRUE(free.Has(kEndThink));
+  EXPECT_EQ(free.Count(), kVocab);
+  p.Accept(0, ByteToken('h'));
+  p.Accept(0, ByteToken('m'));
+  EXPECT_FALSE(p.constrained(0));
+  p.Accept(0, kEndThink);
+  EXPECT_TRUE(p.constrained(0));
+  Mask m = Fill(p, 0);
+  EXPECT_TRUE(m.Has(ByteToken('1')));
+  EXPECT_FALSE(m.Has(ByteToken('a')));
+  EXPECT_FALSE(m.Has(kEndThink));
+}
+
+TEST(MaskProvider, ThinkingTriggerByTextAcrossTokens) {
+  // R1: "</think>" is ordinary text, here split over the tokens "</" and "think>".
+  MaskOptions o;
+  o.max_tokens = 100;
+  o.starts_in_reasoning = true;
+  o.trigger_tokens = {testing_vocab::TokenOf("</"), testing_vocab::TokenOf("think>")};
+  StructuredMaskProvider p(CompileRegex("x[0-9]"), o);
+  p.Accept(0, testing_vocab::TokenOf("</"));
+  EXPECT_FALSE(p.constrained(0));
+  p.Accept(0, testing_vocab::TokenOf("think>"));
+  EXPECT_TRUE(p.constrained(0));
+  Mask m = Fill(p, 0);
+  EXPECT_TRUE(m.Has(ByteToken('x')));
+  EXPECT_FALSE(m.Has(ByteToken('1')));
+}
+
+TEST(MaskProvider, TextTriggerFeedsTheRestOfItsToken) {
+  // A token that ends the marker and starts the answer: its tail is the answer's first byte.
+  MaskOptions o;
+  o.max_tokens = 100;
+  o.starts_in_reasoning = true;
+  StructuredMaskProvider p(CompileRegex("x[0-9]"), o);
+  for (char c : std::string("ok</")) p.Accept(0, ByteToken(static_cast<unsigned char>(c)));
+  EXPECT_FALSE(p.constrained(0));
+  p.Accept(0, testing_vocab::TokenOf("think>\nx"));
+  EXPECT_TRUE(p.constrained(0));
+  Mask m = Fill(p, 0);
+  EXPECT_TRUE(m.Has(ByteToken('5')));  // 'x' was consumed, a digit comes next
+  EXPECT_FALSE(m.Has(ByteToken('x')));
+}
+
+TEST(MaskProvider, BudgetForcesTheEndOfReasoning) {
+  MaskOptions o;
+  o.max_tokens = 12;
+  o.margin = 2;
+  o.starts_in_reasoning = true;
+  o.trigger_id = kEndThink;
+  o.trigger_tokens = {kEndThink};
+  StructuredMaskProvider p(CompileRegex("[0-9]{4}"), o);
+  // need = 4 (shortest completion, in bytes) + 1 (marker) + 1 (EOS) + 2 (margin) = 8: free
+  // while more than 8 tokens remain, then only the marker.
+  int steps = 0;
+  while (steps < 12) {
+    Mask m = Fill(p, 0);
+    if (m.Count() == 1) {
+      EXPECT_TRUE(m.Has(kEndThink));
+      break;
+    }
+    p.Accept(0, ByteToken('r'));
+    ++steps;
+  }
+  EXPECT_EQ(steps, 12 - 8);
+  EXPECT_TRUE(p.forced());
+  EXPECT_TRUE(p.forced(0));
+  p.Accept(0, kEndThink);
+  EXPECT_TRUE(p.constrained(0));
+  // The answer still fits: 4 digits then EOS within the 12.
+  for (int i = 0; i < 4; ++i) {
+    Mask m = Fill(p, 0);
+    ASSERT_TRUE(m.Has(ByteToken('3')));
+    p.Accept(0, ByteToken('3'));
+  }
+  EXPECT_TRUE(Fill(p, 0).Has(kEos));
+}
+
+TEST(MaskProvider, SamplesAreIndependent) {
+  MaskOptions o;
+  o.n = 2;
+  o.max_tokens = 100;
+  StructuredMaskProvider p(CompileRegex("(ab|cd)"), o);
+  p.Accept(0, ByteToken('a'));
+  p.Accept(1, ByteToken('c'));
+  Mask m0 = Fill(p, 0), m1 = Fill(p, 1);
+  EXPECT_TRUE(m0.Has(ByteToken('b')));
+  EXPECT_FALSE(m0.Has(ByteToken('d')));
+  EXPECT_TRUE(m1.Has(ByteToken('d')));
+  EXPECT_FALSE(m1.Has(ByteToken('b')));
+}
+
+TEST(MaskProvider, BudgetNarrowsTheAnswerAndIsReported) {
+  // A long-winded grammar with a short way out: once the budget is near the shortest
+  // completion only the short path stays.
+  MaskOptions o;
+  o.max_tokens = 8;
+  o.margin = 1;
+  StructuredMaskProvider p(CompileRegex("a{0,50}b"), o);
+  int emitted = 0;
+  bool closed = false;
+  for (; emitted < 8; ++emitted) {
+    Mask m = Fill(p, 0);
+    if (m.Has(kEos)) {
+      closed = true;
+      break;
+    }
+    const uint32_t tok = m.Has(ByteToken('a')) ? ByteToken('a') : ByteToken('b');
+    ASSERT_TRUE(m.Has(tok));
+    p.Accept(0, tok);
+  }
+  EXPECT_TRUE(closed) << "the output did not close within max_tokens";
+  EXPECT_TRUE(p.forced());
+}
+
+TEST(MaskProvider, OptionsForVersions) {
+  // Only the token-id form is tested without the real tokenizer.
+  auto v32 = frontend::SpecialTokensFor(frontend::ModelVersion::kV32);
+  ASSERT_TRUE(v32.end_think.has_value());
+  EXPECT_EQ(*v32.end_think, 128799u);
+}
+
+}  // namespace
+}  // namespace ladle::structured
