@@ -150,8 +150,14 @@ Result<Value> Canonical(const Value& s, const std::string& path) {
   } else {
     erase("additionalItems");  // meaningless without the array form of items
   }
-  erase("then");  // without "if" these are inert; with "if" the compiler errors on "if"
-  erase("else");
+  // Without "if", "then"/"else" are inert; "if" alone has no effect either. Together they
+  // stay, and the compiler reports "if" as unsupported.
+  if (!c.Find("if")) {
+    erase("then");
+    erase("else");
+  } else if (!c.Find("then") && !c.Find("else")) {
+    erase("if");
+  }
   return c;
 }
 
@@ -163,7 +169,10 @@ void Compiler::IndexIds(const Value& v, const std::string& path) {
   if (!v.is_object()) return;
   for (const char* k : {"$id", "$anchor"}) {
     const Value* id = v.Find(k);
-    if (id && id->is_string()) ids_.emplace(std::string(k[1] == 'a' ? "#" : "") + id->as_string(), &v);
+    if (!id || !id->is_string()) continue;
+    // Base-URI scoping is not modelled: a name defined twice is ambiguous, hence an error on use.
+    auto [it, fresh] = ids_.emplace(std::string(k[1] == 'a' ? "#" : "") + id->as_string(), &v);
+    if (!fresh) it->second = nullptr;
   }
   for (const auto& [k, c] : v.as_object()) {
     if (k != "enum" && k != "const" && k != "examples" && k != "default") IndexIds(c, path + "/" + PointerEscape(k));
@@ -269,12 +278,14 @@ Result<const Value*> Compiler::Resolve(const std::string& ref, const std::string
   if (!base.empty()) {
     auto it = ids_.find(base);
     if (it == ids_.end()) return Unsupported(fmt::format("{}/$ref: remote reference '{}' is not supported", path, ref));
+    if (!it->second) return Unsupported(fmt::format("{}/$ref: '{}' names several subschemas (base URIs are not resolved)", path, ref));
     doc = it->second;
   }
   if (frag.empty() || frag == "#") return doc;
   if (frag[1] != '/') {
     auto it = ids_.find(frag);
     if (it == ids_.end()) return NotFound(fmt::format("{}/$ref: anchor '{}' not found", path, ref));
+    if (!it->second) return Unsupported(fmt::format("{}/$ref: anchor '{}' is defined several times (base URIs are not resolved)", path, ref));
     return it->second;
   }
   const Value* cur = doc;

@@ -40,6 +40,7 @@ class Lexical {
 
   ExprId StringChar();   // one JSON string character: unescaped scalar or one escape
   ExprId Escape();       // the escape alternative of StringChar (\n, \uXXXX, surrogate pairs)
+  ExprId UnicodeEscapeBody();  // what follows "\u": four hex digits, or a surrogate pair
   ExprId AnyString();    // "..." with any content
   ExprId AnyNumber();    // -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
   ExprId AnyInteger();   // -?(0|[1-9]\d*)(\.0+)?  (1.0 is an integer in JSON Schema)
@@ -72,7 +73,7 @@ class Lexical {
   ExprId Dec(std::string_view lo_hi_pairs);
 
   GrammarBuilder& b_;
-  ExprId esc_ = -1, char_ = -1, string_ = -1, number_ = -1, integer_ = -1, digit_ = -1;
+  ExprId esc_ = -1, uesc_ = -1, char_ = -1, string_ = -1, number_ = -1, integer_ = -1, digit_ = -1;
 };
 
 // allOf intersection of two resolved schema objects (no $ref / allOf at the top). Fails

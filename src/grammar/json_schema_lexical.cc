@@ -149,8 +149,14 @@ ExprId Lexical::StringChar() {
   // lone surrogate is not a character at all.
   ExprId bmp = b.Alt({b.Seq({b.Bytes(not_d), Hex(3)}), b.Seq({b.Bytes(d), b.ByteRange('0', '7'), Hex(2)})});
   ExprId pair = b.Seq({b.Bytes(d), b.Bytes(high), Hex(2), b.Literal("\\u"), b.Bytes(d), b.Bytes(low), Hex(2)});
-  esc_ = b.Seq({b.Literal("\\"), b.Alt({b.Bytes(simple), b.Seq({b.Literal("u"), b.Alt({bmp, pair})})})});
+  uesc_ = b.Alt({bmp, pair});
+  esc_ = b.Seq({b.Literal("\\"), b.Alt({b.Bytes(simple), b.Seq({b.Literal("u"), uesc_})})});
   return Cached(&char_, "char", b.Alt({plain, esc_}));
+}
+
+ExprId Lexical::UnicodeEscapeBody() {
+  StringChar();
+  return uesc_;
 }
 
 ExprId Lexical::Escape() {

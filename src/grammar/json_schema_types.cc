@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "json_schema_compiler.h"
+#include "reference_recognizer.h"
 #include "ladle/json/json.h"
 
 namespace ladle::grammar {
@@ -67,7 +68,6 @@ std::vector<uint32_t> DecodeUtf8(std::string_view s) {
 Result<ExprId> Compiler::CompileFlat(const Value& s, const std::string& path, int depth) {
   for (const auto& [k, v] : s.as_object()) {
     if (!IsUnsupportedKeyword(k)) continue;
-    if (k == "if") continue;  // "then"/"else" were dropped as inert; a lone "if" has no effect
     bool trivial = (v.is_bool() && v.as_bool()) || (v.is_object() && v.as_object().empty());
     if ((k == "propertyNames" || k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies" ||
          k == "unevaluatedProperties" || k == "unevaluatedItems") && trivial) {
@@ -194,16 +194,27 @@ Result<ExprId> Compiler::Literal(const Value& v, int depth) {
     }
     case Value::Type::kObject: {
       if (v.as_object().empty()) return Container('{', '}', b_.Nothing(), true, depth);
-      std::vector<ExprId> parts;
+      // Key order does not matter to JSON Schema equality: small objects allow every order.
+      std::vector<ExprId> members;
       for (const auto& [k, x] : v.as_object()) {
-        if (!parts.empty()) parts.push_back(Sep(depth));
         std::string q;
         json::AppendQuoted(k, &q);
         LADLE_ASSIGN_OR_RETURN(ExprId e, Literal(x, depth + 1));
-        parts.insert(parts.end(), {b_.Literal(q), Colon(), e});
+        members.push_back(b_.Seq({b_.Literal(q), Colon(), e}));
       }
-      if (v.as_object().size() > 1) Approx("", "object literals in enum/const: keys in the listed order only");
-      return Container('{', '}', b_.Seq(std::move(parts)), false, depth);
+      std::vector<size_t> order(members.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::vector<ExprId> alts;
+      do {
+        std::vector<ExprId> parts;
+        for (size_t i : order) {
+          if (!parts.empty()) parts.push_back(Sep(depth));
+          parts.push_back(members[i]);
+        }
+        alts.push_back(b_.Seq(std::move(parts)));
+      } while (members.size() <= 4 && std::next_permutation(order.begin(), order.end()));
+      if (members.size() > 4) Approx("", "object literals in enum/const with more than 4 keys: keys in the listed order only");
+      return Container('{', '}', b_.Alt(std::move(alts)), false, depth);
     }
   }
   return b_.Nothing();
@@ -369,30 +380,33 @@ Result<ExprId> Compiler::ArrayGrammar(const Value& s, const std::string& path, i
   return Container('[', ']', list, min == 0, depth);
 }
 
-// A JSON string key that is not spelled exactly like any of `names`: a code-point trie
-// where leaving the trie (or finishing on a non-name node) goes on as an ordinary string.
+// A JSON string key that is not spelled exactly like any of `names`: a code-point trie over
+// the names' escaped spellings where leaving the trie (or ending on a non-name node) goes on
+// as an ordinary string. A name spelled differently (e.g. "\u0061" for "a") is not caught:
+// documented in docs/json_schema.md.
 ExprId Compiler::KeyNotIn(const std::vector<std::string>& names) {
   if (names.empty()) return lex_.AnyString();
   if (auto it = key_cache_.find(names); it != key_cache_.end()) return it->second;
-  for (const auto& n : names) {
-    for (unsigned char c : n) {
-      if (c < 0x20 || c == '"' || c == '\\') {
-        Approx("", "an unlisted key may repeat a listed name that contains escaped characters");
-        return key_cache_[names] = lex_.AnyString();
-      }
-    }
-  }
   struct Node {
     std::map<uint32_t, size_t> kids;
     bool terminal = false;
+    bool in_escape = false;  // the edge into this node was the '\' opening an escape
   };
   std::vector<Node> trie(1);
   for (const auto& n : names) {
+    std::string spelled;
+    json::AppendEscaped(n, &spelled);
+    if (spelled.find("\\u") != std::string::npos) {
+      Approx("", "an unlisted key may repeat a listed name that contains control characters");
+      return key_cache_[names] = lex_.AnyString();
+    }
     size_t cur = 0;
-    for (uint32_t cp : DecodeUtf8(n)) {
+    for (uint32_t cp : DecodeUtf8(spelled)) {
+      bool escape_start = cp == '\\' && !trie[cur].in_escape;
       auto it = trie[cur].kids.find(cp);
       if (it == trie[cur].kids.end()) {
         trie.push_back({});
+        trie.back().in_escape = escape_start;
         it = trie[cur].kids.emplace(cp, trie.size() - 1).first;
       }
       cur = it->second;
@@ -402,25 +416,35 @@ ExprId Compiler::KeyNotIn(const std::vector<std::string>& names) {
   ExprId quote = b_.Literal("\"");
   ExprId tail = b_.Seq({b_.Star(lex_.StringChar()), quote});
   auto gen = [&](auto&& self, size_t node) -> ExprId {
+    const Node& nd = trie[node];
     std::vector<ExprId> alts;
-    if (!trie[node].terminal) alts.push_back(quote);
-    std::vector<CodeRange> plain{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}};
-    std::vector<CodeRange> other;
-    for (CodeRange r : plain) {
-      uint32_t lo = r.lo;
-      for (auto& [cp, child] : trie[node].kids) {
-        if (cp < lo || cp > r.hi) continue;
-        if (cp > lo) other.push_back({lo, cp - 1});
-        lo = cp + 1;
-      }
-      if (lo <= r.hi) other.push_back({lo, r.hi});
-    }
-    for (auto& [cp, child] : trie[node].kids) {
+    if (!nd.terminal && !nd.in_escape) alts.push_back(quote);
+    for (auto& [cp, child] : nd.kids) {
       std::string u;
       AppendUtf8(cp, &u);
       alts.push_back(b_.Seq({b_.Literal(u), self(self, child)}));
     }
-    alts.push_back(b_.Seq({b_.Alt({b_.CodePoints(other), lex_.Escape()}), tail}));
+    ExprId other;
+    if (nd.in_escape) {
+      ByteSet simple;
+      for (char c : std::string_view("\"\\/bfnrt")) {
+        if (!nd.kids.count(static_cast<uint8_t>(c))) simple.Set(static_cast<uint8_t>(c));
+      }
+      other = b_.Alt({b_.Bytes(simple), b_.Seq({b_.Literal("u"), lex_.UnicodeEscapeBody()})});
+    } else {
+      std::vector<CodeRange> plain{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}, rest;
+      for (CodeRange r : plain) {
+        uint32_t lo = r.lo;
+        for (auto& [cp, child] : nd.kids) {
+          if (cp < lo || cp > r.hi) continue;
+          if (cp > lo) rest.push_back({lo, cp - 1});
+          lo = cp + 1;
+        }
+        if (lo <= r.hi) rest.push_back({lo, r.hi});
+      }
+      other = b_.Alt({b_.CodePoints(rest), nd.kids.count('\\') ? b_.Nothing() : lex_.Escape()});
+    }
+    alts.push_back(b_.Seq({other, tail}));
     return b_.Alt(std::move(alts));
   };
   ExprId key = b_.Ref(b_.AddRule("unlisted_key", b_.Seq({quote, gen(gen, 0)})));
@@ -483,11 +507,12 @@ Result<ExprId> Compiler::CountedObject(const std::vector<ObjectProp>& props, Exp
 
 Result<ExprId> Compiler::ObjectGrammar(const Value& s, const std::string& path, int depth) {
   std::set<std::string> required;
+  std::vector<std::string> required_order;  // unlisted required names appear in this order
   if (const Value* r = s.Find("required")) {
     if (!r->is_array()) return InvalidArgument(fmt::format("{}/required: must be an array", path));
     for (const Value& x : r->as_array()) {
       if (!x.is_string()) return InvalidArgument(fmt::format("{}/required: names must be strings", path));
-      required.insert(x.as_string());
+      if (required.insert(x.as_string()).second) required_order.push_back(x.as_string());
     }
   }
   const Value* patterns = s.Find("patternProperties");
@@ -497,28 +522,52 @@ Result<ExprId> Compiler::ObjectGrammar(const Value& s, const std::string& path, 
   if (!opts_.allow_unlisted_properties && !s.Find("additionalProperties") && !patterns) add = Value::Bool(false);
   bool add_false = add.is_bool() && !add.as_bool();
 
+  // patternProperties also apply to listed names they match (checked on the name now).
+  std::vector<std::pair<std::string, const Value*>> pats;
+  bool pats_trivial = true;
+  if (patterns) {
+    for (const auto& [pat, schema] : patterns->as_object()) {
+      pats.emplace_back(pat, &schema);
+      pats_trivial = pats_trivial && ((schema.is_bool() && schema.as_bool()) || (schema.is_object() && schema.as_object().empty()));
+    }
+  }
+  auto with_patterns = [&](const std::string& name, Value schema, bool* matched) -> Result<Value> {
+    *matched = false;
+    for (const auto& [pat, ps] : pats) {
+      auto g = RegexGrammar(pat, RegexOptions{.search = true});
+      if (!g.ok()) return g.status().WithContext(path + "/patternProperties/" + PointerEscape(pat));
+      if (!ReferenceMatches(*g, name)) continue;
+      *matched = true;
+      schema = Value::MakeObject({{"allOf", Value::MakeArray({std::move(schema), *ps})}});
+    }
+    return schema;
+  };
   std::vector<std::pair<std::string, Value>> listed;
   std::vector<std::string> names;
   if (const Value* p = s.Find("properties")) {
     if (!p->is_object()) return InvalidArgument(fmt::format("{}/properties: must be an object", path));
     for (const auto& [name, schema] : p->as_object()) {
-      listed.emplace_back(name, schema);
+      bool matched = false;
+      LADLE_ASSIGN_OR_RETURN(Value sc, with_patterns(name, schema, &matched));
+      if (matched && !pats_trivial) {
+        Approx(path + "/patternProperties", fmt::format("a pattern key may also spell the listed name '{}'", name));
+      }
+      listed.emplace_back(name, std::move(sc));
       names.push_back(name);
     }
   }
-  for (const std::string& r : required) {
+  for (const std::string& r : required_order) {
     if (std::find(names.begin(), names.end(), r) != names.end()) continue;
-    if (add_false && !patterns) return b_.Nothing();
-    if (patterns) Approx(path + "/required", fmt::format("required property '{}' is not checked against patternProperties", r));
-    listed.emplace_back(r, add);
+    bool matched = false;
+    LADLE_ASSIGN_OR_RETURN(Value sc, with_patterns(r, Value::Bool(true), &matched));
+    if (!matched) {
+      if (add_false) return b_.Nothing();
+      sc = add;
+    }
+    listed.emplace_back(r, std::move(sc));
     names.push_back(r);
   }
-  if (patterns && s.Find("properties")) {
-    Approx(path + "/patternProperties", "patternProperties are not applied to listed properties");
-  }
-  if (s.Find("properties") && s.Find("properties")->as_object().size() > 1) {
-    Approx(path + "/properties", "properties in schema order only");
-  }
+  if (names.size() > 1) Approx(path + "/properties", "properties in schema order only");
 
   std::vector<ObjectProp> props;
   for (const auto& [name, schema] : listed) {
@@ -539,24 +588,25 @@ Result<ExprId> Compiler::ObjectGrammar(const Value& s, const std::string& path, 
     props.push_back({name, b_.Seq({b_.Literal(q), Colon(), v}), req});
   }
 
+  // Unlisted keys. A key matching no pattern cannot be told apart from one matching a
+  // pattern (no regex complement), so with non-trivial patterns only pattern keys are
+  // generated: a reported restriction, never a loosening.
   std::vector<ExprId> extra_alts;
-  if (!add_false) {
+  const bool add_true = (add.is_bool() && add.as_bool()) || (add.is_object() && add.as_object().empty());
+  if (!add_false && (pats.empty() || (pats_trivial && add_true))) {
     LADLE_ASSIGN_OR_RETURN(ExprId v, Compile(add, path + "/additionalProperties", depth + 1));
-    if (b_.expr(v).kind != ExprKind::kNothing) {
-      extra_alts.push_back(b_.Seq({KeyNotIn(names), Colon(), v}));
-      if (patterns) {
-        Approx(path + "/patternProperties", "keys matching patternProperties may take the additionalProperties schema instead");
-      }
+    if (b_.expr(v).kind != ExprKind::kNothing) extra_alts.push_back(b_.Seq({KeyNotIn(names), Colon(), v}));
+  } else if (!pats.empty()) {
+    if (!add_false) {
+      Approx(path + "/additionalProperties", "with patternProperties, unlisted keys must match one of the patterns");
     }
-  }
-  if (patterns) {
-    if (patterns->as_object().size() > 1) {
+    if (pats.size() > 1) {
       Approx(path + "/patternProperties", "a key matching several patterns is checked against one of them only");
     }
-    for (const auto& [pat, schema] : patterns->as_object()) {
+    for (const auto& [pat, schema] : pats) {
       std::string ppath = path + "/patternProperties/" + PointerEscape(pat);
       LADLE_ASSIGN_OR_RETURN(ExprId key, RegexContent(pat, ppath));
-      LADLE_ASSIGN_OR_RETURN(ExprId v, Compile(schema, ppath, depth + 1));
+      LADLE_ASSIGN_OR_RETURN(ExprId v, Compile(*schema, ppath, depth + 1));
       extra_alts.push_back(b_.Seq({b_.Literal("\""), key, b_.Literal("\""), Colon(), v}));
     }
   }

@@ -206,7 +206,8 @@ TEST(JsonSchema, UnsupportedKeywordsAreErrorsWithPaths) {
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
   EXPECT_NE(s.message().find("/properties/a/not"), std::string::npos) << s.message();
   EXPECT_EQ(CompileError(R"({"contains":{"type":"integer"}})").code(), StatusCode::kUnsupported);
-  EXPECT_EQ(CompileError(R"({"if":{"type":"integer"},"then":{"minimum":1}})").code(), StatusCode::kOk);  // then dropped, if inert
+  EXPECT_EQ(CompileError(R"({"if":{"type":"integer"},"then":{"minimum":1}})").code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(CompileError(R"({"then":{"minimum":1}})").ok());  // inert without "if"
   EXPECT_TRUE(CompileError(R"({"unknownKeyword":5,"title":"x"})").ok());
 }
 

@@ -1,0 +1,326 @@
+// The official JSON-Schema-Test-Suite (draft 2020-12, optional/ excluded) driven through the
+// real runtime: every instance of every case whose schema compiles is serialised, tokenised
+// with the DeepSeek tokenizer and fed token by token to a GrammarMatcher (mask bit set,
+// AcceptToken true, EOS allowed at the end) = accepted. valid == accepted passes.
+//
+// Canonical serialisation: json::Dump compact, with object keys reordered by the first
+// position at which the key is named in any `properties` of the schema document (depth-first,
+// document order); keys never named keep their order after the named ones. Duplicate keys
+// cannot occur (json::Value objects from the parser keep one member per key as loaded).
+//
+// A wrong answer fails the test unless the case's CompileReport lists an approximation other
+// than the schema-order restriction (which the canonical serialisation takes care of): those
+// are printed and counted apart, because the report already tells the user what is loose.
+//
+// DISABLED_MaskBench (run with --gtest_also_run_disabled_tests, LADLE_MASKBENCH_DIR = the
+// unpacked maskbench/data directory) does the same over MaskBench's instances and prints the
+// per-subset compile and accept/reject rates; it explores, the benchmark proper lives in bench/.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "ladle/grammar/grammar.h"
+#include "ladle/grammar/matcher.h"
+#include "ladle/json/json.h"
+#include "ladle/tokenizer/tokenizer.h"
+#include "reference_recognizer.h"
+#include "test_data.h"
+
+namespace ladle::grammar {
+namespace {
+
+constexpr TokenId kEos = 1;
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// `keyword` "properties" ranks the names of every properties object; "required" then ranks
+// the required names not seen yet (the compiler puts those after the listed ones).
+void CollectKeyRanks(const json::Value& v, std::string_view keyword, std::map<std::string, size_t>* ranks) {
+  if (v.is_array()) {
+    for (const auto& x : v.as_array()) CollectKeyRanks(x, keyword, ranks);
+  }
+  if (!v.is_object()) return;
+  for (const auto& [k, x] : v.as_object()) {
+    if (k == keyword && keyword == "properties" && x.is_object()) {
+      for (const auto& [name, s] : x.as_object()) ranks->emplace(name, ranks->size());
+    }
+    if (k == keyword && keyword == "required" && x.is_array()) {
+      for (const auto& name : x.as_array()) {
+        if (name.is_string()) ranks->emplace(name.as_string(), ranks->size());
+      }
+    }
+    if (k != "enum" && k != "const" && k != "default" && k != "examples") CollectKeyRanks(x, keyword, ranks);
+  }
+}
+
+json::Value Reorder(const json::Value& v, const std::map<std::string, size_t>& ranks) {
+  if (v.is_array()) {
+    json::Value::Array a;
+    for (const auto& x : v.as_array()) a.push_back(Reorder(x, ranks));
+    return json::Value::MakeArray(std::move(a));
+  }
+  if (!v.is_object()) return v;
+  json::Value::Object o;
+  for (const auto& [k, x] : v.as_object()) o.emplace_back(k, Reorder(x, ranks));
+  std::stable_sort(o.begin(), o.end(), [&](const auto& a, const auto& b) {
+    auto ra = ranks.find(a.first), rb = ranks.find(b.first);
+    size_t ia = ra == ranks.end() ? SIZE_MAX : ra->second, ib = rb == ranks.end() ? SIZE_MAX : rb->second;
+    return ia < ib;
+  });
+  return json::Value::MakeObject(std::move(o));
+}
+
+struct Runtime {
+  std::optional<tokenizer::Tokenizer> tok;
+  std::shared_ptr<const TokenVocabulary> vocab;
+};
+
+Runtime* LoadRuntime() {
+  static Runtime* rt = [] {
+    auto* r = new Runtime;
+    auto tok = tokenizer::Tokenizer::FromFile(ladle::testing::TokenizerPath());
+    if (!tok.ok()) return r;
+    auto vocab = TokenVocabulary::FromTokenizer(*tok, {kEos});
+    if (!vocab.ok()) return r;
+    r->tok.emplace(std::move(*tok));
+    r->vocab = *vocab;
+    return r;
+  }();
+  return rt;
+}
+
+// Token by token: the mask allows each token, AcceptToken agrees, EOS allowed at the end.
+bool DriveTokens(const std::shared_ptr<const CompiledGrammar>& cg, const std::vector<uint32_t>& ids,
+                 std::string* why) {
+  GrammarMatcher m(cg);
+  std::vector<uint64_t> bits((cg->vocab().vocab_size() + 63) / 64);
+  auto allowed = [&](TokenId id) { return (bits[id / 64] >> (id % 64)) & 1; };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    m.FillNextTokenMask(bits.data());
+    bool bit = allowed(ids[i]);
+    bool ok = m.AcceptToken(ids[i]);
+    if (bit != ok) *why = fmt::format("mask bit {} but AcceptToken {} at token {}", bit, ok, i);
+    if (!bit || !ok) return false;
+  }
+  m.FillNextTokenMask(bits.data());
+  if (allowed(kEos) != m.CanTerminate()) *why = "EOS bit disagrees with CanTerminate";
+  return allowed(kEos) && m.CanTerminate();
+}
+
+bool Excusing(const CompileReport& r) {
+  for (const auto& a : r.approximations) {
+    if (a.what != "properties in schema order only") return true;
+  }
+  return false;
+}
+
+std::string ReportText(const CompileReport& r) {
+  std::string out;
+  for (const auto& a : r.approximations) out += fmt::format("    approx {}: {}\n", a.path, a.what);
+  return out;
+}
+
+struct Tally {
+  size_t cases = 0, compiled = 0, errors = 0, approximated = 0, instances = 0, pass = 0, wrong = 0, wrong_approx = 0;
+  size_t disagree = 0;
+  size_t format_assertion = 0;  // valid only because format is an annotation in the suite  // token-level matcher vs byte-level reference recognizer
+};
+
+TEST(JsonSchemaSuite, Draft2020_12) {
+  const std::string dir = ladle::testing::EnvOr("LADLE_SHARED", LADLE_TEST_SHARED_DIR) +
+                          "/json-schema-test-suite/tests/draft2020-12";
+  LADLE_REQUIRE_DATA(dir);
+  LADLE_REQUIRE_DATA(ladle::testing::TokenizerPath());
+  Runtime* rt = LoadRuntime();
+  ASSERT_TRUE(rt->vocab) << "tokenizer failed to load";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty());
+  std::map<std::string, Tally> table;
+  Tally total;
+  std::map<std::string, size_t> error_kinds;
+  for (const auto& f : files) {
+    auto doc = json::Parse(ReadFile(f));
+    ASSERT_TRUE(doc.ok()) << f;
+    Tally& t = table[f.stem().string()];
+    for (const json::Value& c : doc->as_array()) {
+      ++t.cases;
+      const json::Value& schema = *c.Find("schema");
+      CompileReport report;
+      auto g = JsonSchemaGrammar(schema, {.whitespace = JsonSchemaOptions::Whitespace::kCompact}, &report);
+      std::shared_ptr<const CompiledGrammar> cg;
+      if (g.ok()) {
+        auto compiled = CompiledGrammar::Compile(*g, rt->vocab);
+        if (compiled.ok()) {
+          cg = *compiled;
+        } else {
+          g = compiled.status();
+        }
+      }
+      if (!cg) {
+        ++t.errors;
+        std::string msg = g.status().ToString();
+        error_kinds[msg.substr(0, msg.find(':', msg.find(':') + 1))]++;
+        continue;
+      }
+      ++t.compiled;
+      bool approx = Excusing(report);
+      t.approximated += approx;
+      auto rec = ReferenceRecognizer::Create(*g);
+      std::map<std::string, size_t> ranks;
+      CollectKeyRanks(schema, "properties", &ranks);
+      CollectKeyRanks(schema, "required", &ranks);
+      for (const json::Value& test : c.Find("tests")->as_array()) {
+        ++t.instances;
+        const bool valid = test.Find("valid")->as_bool();
+        const std::string text = json::Dump(Reorder(*test.Find("data"), ranks));
+        std::string why;
+        const bool accepted = DriveTokens(cg, rt->tok->EncodePlain(text), &why);
+        if (rec.ok() && rec->Matches(text) != accepted) {
+          ++t.disagree;
+          ADD_FAILURE() << "matcher and reference recognizer disagree (" << why << ") on " << text
+                        << "\n  schema: " << json::Dump(schema);
+        }
+        if (valid == accepted) {
+          ++t.pass;
+          continue;
+        }
+        // Formats are asserted on purpose (what structured output wants); the suite's
+        // default treats them as annotations. Counted apart, see docs/json_schema.md.
+        if (test.Find("description")->as_string().find("only an annotation by default") != std::string::npos) {
+          ++t.format_assertion;
+          continue;
+        }
+        std::string line = fmt::format("{} / {} / {}: {} {} but {}\n  schema: {}\n{}", f.stem().string(),
+                                       c.Find("description")->as_string(), test.Find("description")->as_string(), text,
+                                       valid ? "valid" : "invalid", accepted ? "accepted" : "rejected",
+                                       json::Dump(schema), ReportText(report));
+        if (approx) {
+          ++t.wrong_approx;
+          std::cout << "WRONG (reported approximation) " << line;
+        } else {
+          ++t.wrong;
+          ADD_FAILURE() << "WRONG " << line;
+        }
+      }
+    }
+  }
+  std::cout << fmt::format("{:<24} {:>5} {:>8} {:>6} {:>6} {:>9} {:>6} {:>6} {:>8}\n", "file", "cases", "compiled",
+                           "errors", "approx", "instances", "pass", "wrong", "wrong~ap");
+  for (const auto& [name, t] : table) {
+    std::cout << fmt::format("{:<24} {:>5} {:>8} {:>6} {:>6} {:>9} {:>6} {:>6} {:>8}\n", name, t.cases, t.compiled,
+                             t.errors, t.approximated, t.instances, t.pass, t.wrong, t.wrong_approx);
+    total.cases += t.cases;
+    total.compiled += t.compiled;
+    total.errors += t.errors;
+    total.approximated += t.approximated;
+    total.instances += t.instances;
+    total.pass += t.pass;
+    total.wrong += t.wrong;
+    total.wrong_approx += t.wrong_approx;
+    total.disagree += t.disagree;
+    total.format_assertion += t.format_assertion;
+  }
+  std::cout << fmt::format("{:<24} {:>5} {:>8} {:>6} {:>6} {:>9} {:>6} {:>6} {:>8}\n", "TOTAL", total.cases,
+                           total.compiled, total.errors, total.approximated, total.instances, total.pass, total.wrong,
+                           total.wrong_approx);
+  std::cout << "format-assertion deviations (annotation-only instances rejected): " << total.format_assertion << "\n";
+  std::cout << "compile errors by kind:\n";
+  for (const auto& [k, n] : error_kinds) std::cout << fmt::format("  {:>4}  {}\n", n, k);
+  EXPECT_EQ(total.wrong, 0u);
+  EXPECT_EQ(total.disagree, 0u);
+  EXPECT_GT(total.compiled, total.cases / 2);
+}
+
+// Exploration over MaskBench (see the file comment). LADLE_MASKBENCH_LIMIT caps the files.
+TEST(JsonSchemaSuite, DISABLED_MaskBench) {
+  const char* dir = std::getenv("LADLE_MASKBENCH_DIR");
+  if (!dir) GTEST_SKIP() << "set LADLE_MASKBENCH_DIR to the unpacked maskbench/data directory";
+  Runtime* rt = LoadRuntime();
+  ASSERT_TRUE(rt->vocab);
+  size_t limit = std::stoul(ladle::testing::EnvOr("LADLE_MASKBENCH_LIMIT", "1000000"));
+  std::string only = ladle::testing::EnvOr("LADLE_MASKBENCH_ONLY", "");
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (only.empty() || e.path().filename().string().find(only) != std::string::npos) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.size() > limit) files.resize(limit);
+  struct Row {
+    size_t schemas = 0, compiled = 0, approximated = 0, valid = 0, valid_ok = 0, invalid = 0, invalid_ok = 0;
+  };
+  std::map<std::string, Row> rows;
+  std::map<std::string, size_t> errors;
+  size_t printed = 0;
+  for (const auto& f : files) {
+    auto doc = json::Parse(ReadFile(f));
+    if (!doc.ok()) continue;
+    std::string name = f.filename().string();
+    std::string subset = name.find("---") != std::string::npos ? name.substr(0, name.find("---")) : name.substr(0, name.find('_'));
+    Row& r = rows[subset];
+    ++r.schemas;
+    CompileReport report;
+    auto g = JsonSchemaGrammar(*doc->Find("schema"), {.whitespace = JsonSchemaOptions::Whitespace::kCompact}, &report);
+    std::shared_ptr<const CompiledGrammar> cg;
+    if (g.ok()) {
+      auto compiled = CompiledGrammar::Compile(*g, rt->vocab);
+      if (compiled.ok()) cg = *compiled; else g = compiled.status();
+    }
+    if (!cg) {
+      std::string msg = g.status().ToString();
+      // Group by message without the path.
+      size_t colon = msg.find(": ");
+      std::string key = msg.substr(0, colon) + ":";
+      std::string rest = colon == std::string::npos ? "" : msg.substr(colon + 2);
+      size_t inner = rest.find(": ");
+      key += inner == std::string::npos ? rest : rest.substr(inner + 2, 90);
+      errors[key]++;
+      continue;
+    }
+    ++r.compiled;
+    bool approx = Excusing(report);
+    r.approximated += approx;
+    for (const json::Value& test : doc->Find("tests")->as_array()) {
+      bool valid = test.Find("valid")->as_bool();
+      std::string text = json::Dump(*test.Find("data"));
+      std::string why;
+      bool accepted = DriveTokens(cg, rt->tok->EncodePlain(text), &why);
+      (valid ? r.valid : r.invalid)++;
+      if (valid == accepted) {
+        (valid ? r.valid_ok : r.invalid_ok)++;
+      } else if (printed++ < 200) {
+        std::cout << fmt::format("WRONG{} {} ({}): {} {}\n{}", approx ? " (approx)" : "", name,
+                                 valid ? "valid rejected" : "invalid accepted", text.substr(0, 400), why,
+                                 ReportText(report));
+      }
+    }
+  }
+  std::cout << fmt::format("{:<22} {:>7} {:>8} {:>7} {:>6} {:>9} {:>8} {:>9}\n", "subset", "schemas", "compiled",
+                           "rate", "approx", "valid-ok", "of", "inval-ok/of");
+  for (const auto& [k, r] : rows) {
+    std::cout << fmt::format("{:<22} {:>7} {:>8} {:>6.1f}% {:>6} {:>9} {:>8} {:>5}/{}\n", k, r.schemas, r.compiled,
+                             100.0 * static_cast<double>(r.compiled) / static_cast<double>(std::max<size_t>(r.schemas, 1)),
+                             r.approximated, r.valid_ok, r.valid, r.invalid_ok, r.invalid);
+  }
+  std::vector<std::pair<size_t, std::string>> sorted;
+  for (const auto& [k, n] : errors) sorted.emplace_back(n, k);
+  std::sort(sorted.rbegin(), sorted.rend());
+  for (size_t i = 0; i < sorted.size() && i < 40; ++i) std::cout << fmt::format("  {:>5}  {}\n", sorted[i].first, sorted[i].second);
+}
+
+}  // namespace
+}  // namespace ladle::grammar
