@@ -1,0 +1,134 @@
+// Budget-aware completion: ShortestCompletionTokens, and with SetRemainingTokens a random
+// mask-respecting sampler under a tight max_tokens always ends with a complete, valid document.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ladle/grammar/matcher.h"
+#include "ladle/tokenizer/tokenizer.h"
+#include "matcher_test_util.h"
+#include "reference_recognizer.h"
+#include "test_data.h"
+
+namespace ladle::grammar {
+namespace {
+
+// Every printable ASCII byte and newline is a token (as every byte is in a byte-level BPE),
+// plus long tokens that tempt the sampler past the budget.
+std::shared_ptr<const TokenVocabulary> ByteVocab(TokenId* eos) {
+  std::vector<std::string> toks;
+  for (int c = 0x20; c < 0x7F; ++c) toks.push_back(std::string(1, static_cast<char>(c)));
+  toks.push_back("\n");
+  for (const char* t : {"{\"", "\": \"", "abcdefgh", "\"}", "[[[[", "]]", "12345", "\", \"", "true", "null,"}) {
+    toks.push_back(t);
+  }
+  *eos = static_cast<TokenId>(toks.size());
+  toks.push_back("");
+  return *TokenVocabulary::FromTokens(toks, {}, {*eos}, toks.size() + 3);
+}
+
+TEST(Budget, ShortestCompletionCountsFramesAndCalls) {
+  TokenId eos;
+  auto v = ByteVocab(&eos);
+  GrammarBuilder b;
+  RuleId inner = b.AddRule("inner", b.Seq({b.Literal("xy"), b.Star(b.Literal("z"))}));
+  RuleId root = b.AddRule("root", b.Seq({b.Literal("ab"), b.Ref(inner), b.Literal("c")}));
+  auto cg = CompiledGrammar::Compile(*b.Build(root), v);
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher m(*cg);
+  EXPECT_EQ(m.ShortestCompletionTokens(), 5u);
+  ASSERT_TRUE(m.AcceptString("abx"));
+  EXPECT_EQ(m.ShortestCompletionTokens(), 2u);
+  ASSERT_TRUE(m.AcceptString("yzz"));
+  EXPECT_EQ(m.ShortestCompletionTokens(), 1u);
+  ASSERT_TRUE(m.AcceptString("c"));
+  EXPECT_EQ(m.ShortestCompletionTokens(), 0u);
+}
+
+void SampleUnderBudget(const std::shared_ptr<const CompiledGrammar>& cg, const ReferenceRecognizer& ref,
+                       uint32_t slack, int runs, uint32_t seed) {
+  const TokenVocabulary& v = cg->vocab();
+  std::mt19937 rng(seed);
+  std::vector<uint64_t> bits((v.vocab_size() + 63) / 64);
+  int forced = 0;
+  for (int run = 0; run < runs; ++run) {
+    GrammarMatcher m(cg);
+    const uint32_t max_tokens = m.ShortestCompletionTokens() + slack;
+    std::string out;
+    uint32_t used = 0;
+    while (used < max_tokens && !m.IsTerminated()) {
+      m.SetRemainingTokens(max_tokens - used);
+      m.FillNextTokenMask(bits.data());
+      std::vector<TokenId> allowed;
+      for (TokenId id = 0; id < v.vocab_size(); ++id) {
+        if ((bits[id >> 6] >> (id & 63)) & 1) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty()) << out;
+      // Prefer long tokens and avoid stopping: the adversarial sampler for a budget.
+      TokenId pick = allowed[rng() % allowed.size()];
+      for (int tries = 0; tries < 3; ++tries) {
+        TokenId alt = allowed[rng() % allowed.size()];
+        if (v.TokenBytes(alt).size() > v.TokenBytes(pick).size()) pick = alt;
+      }
+      ASSERT_TRUE(m.AcceptToken(pick));
+      out += v.TokenBytes(pick);
+      ++used;
+    }
+    EXPECT_TRUE(m.CanTerminate()) << "run " << run << ": '" << out << "' after " << used << " tokens";
+    EXPECT_TRUE(ref.Matches(out)) << "run " << run << ": '" << out << "'";
+    forced += m.ForcedByBudget();
+    if (std::getenv("LADLE_DBG")) std::fprintf(stderr, "run %d: %u tokens, forced %d: %s\n", run, used, m.ForcedByBudget(), out.c_str());
+  }
+  EXPECT_GT(forced, 0);  // the budget did bite
+}
+
+TEST(Budget, TightMaxTokensAlwaysClosesTheDocument) {
+  TokenId eos;
+  auto v = ByteVocab(&eos);
+  Grammar g = testing::JsonGrammar();
+  auto cg = CompiledGrammar::Compile(g, v);
+  ASSERT_TRUE(cg.ok());
+  auto ref = ReferenceRecognizer::Create(g);
+  ASSERT_TRUE(ref.ok());
+  for (uint32_t slack : {0u, 1u, 3u, 8u, 20u}) SampleUnderBudget(*cg, *ref, slack, 40, 100 + slack);
+}
+
+TEST(Budget, OffUnlessRequested) {
+  TokenId eos;
+  auto v = ByteVocab(&eos);
+  auto cg = CompiledGrammar::Compile(testing::JsonGrammar(), v);
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher plain(*cg);
+  GrammarMatcher off(*cg, MatcherOptions{.budget_aware = false});
+  off.SetRemainingTokens(1);
+  std::vector<uint64_t> a((v->vocab_size() + 63) / 64), b(a.size());
+  plain.FillNextTokenMask(a.data());
+  off.FillNextTokenMask(b.data());
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(off.ForcedByBudget());
+  GrammarMatcher on(*cg);
+  on.SetRemainingTokens(1);  // one token left: only a complete value fits ("0".."9" or a number token)
+  on.FillNextTokenMask(b.data());
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(on.ForcedByBudget());
+  EXPECT_TRUE((b['1' - 0x20 >> 6] >> (('1' - 0x20) & 63)) & 1);
+  EXPECT_FALSE((b['{' - 0x20 >> 6] >> (('{' - 0x20) & 63)) & 1);
+}
+
+TEST(Budget, DeepSeekVocabCloses) {
+  const std::string path = ladle::testing::TokenizerPath();
+  LADLE_REQUIRE_DATA(path);
+  auto tok = tokenizer::Tokenizer::FromFile(path);
+  ASSERT_TRUE(tok.ok());
+  auto v = TokenVocabulary::FromTokenizer(*tok, {1});
+  ASSERT_TRUE(v.ok());
+  Grammar g = testing::StringHeavyGrammar();  // numbers never need forcing; strings do
+  auto cg = CompiledGrammar::Compile(g, *v);
+  ASSERT_TRUE(cg.ok());
+  auto ref = ReferenceRecognizer::Create(g);
+  ASSERT_TRUE(ref.ok());
+  SampleUnderBudget(*cg, *ref, 6, 6, 5);
+}
+
+}  // namespace
+}  // namespace ladle::grammar
