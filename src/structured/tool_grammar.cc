@@ -118,8 +118,7 @@ class TurnBuilder {
     const std::string path = fmt::format("/tools/{}/parameters", t.name);
     if (t.parameters.is_null()) {
       // No parameters: the empty object (OpenAI's meaning of an omitted schema).
-      const ExprId ws = tool_grammar::JsonWs(b_, opts_.json);
-      return b_.Seq({b_.Literal("{"), ws, b_.Literal("}")});
+      return tool_grammar::EmptyJsonObject(b_, opts_.json);
     }
     auto args = tool_grammar::SchemaJson(b_, t.parameters, opts_.json, path, report_);
     if (args.ok()) return args;

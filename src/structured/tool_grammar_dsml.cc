@@ -239,6 +239,7 @@ Result<ExprId> DsmlInvokeBody(GrammarBuilder& b, const frontend::Tool& tool, con
         if (tool.strict) return value.status();
         Approx(report, ppath, fmt::format("any JSON value: the schema did not compile ({})", value.status().message()));
         value = AnyJsonValue(b, opts);
+        if (!value.ok()) return value.status();
       }
       alts.push_back(b.Seq({head, b.Literal("\" string=\"false\">"), *value, close}));
       if (!sp.dsml_token && MayHoldStrings(sub)) {

@@ -24,17 +24,14 @@ ExprId AnyText(GrammarBuilder& b);
 // finite expression without recursion. kInvalidArgument otherwise.
 Result<ExprId> TextAvoiding(GrammarBuilder& b, const std::vector<std::string>& avoid);
 
-// JSON arguments following `schema` (the schema compiler, or the fallback below while it is
-// not linked). Approximation paths are prefixed with `path`.
+// JSON following `schema`, through the schema compiler (grammar::AddJsonSchema), with the
+// compiler's approximation paths prefixed by `path`.
 Result<ExprId> SchemaJson(GrammarBuilder& b, const json::Value& schema, const grammar::JsonSchemaOptions& opts,
                           std::string_view path, grammar::CompileReport* report);
-
-// Any JSON value / any JSON object, with opts' whitespace (shared rules, added once per builder).
-ExprId AnyJsonValue(GrammarBuilder& b, const grammar::JsonSchemaOptions& opts);
-ExprId AnyJsonObject(GrammarBuilder& b, const grammar::JsonSchemaOptions& opts);
-
-// Whitespace JSON allows between tokens under `opts` (kPretty is treated as bounded here).
-ExprId JsonWs(GrammarBuilder& b, const grammar::JsonSchemaOptions& opts);
+// Any JSON value, any JSON object, and the empty object, with opts' whitespace.
+Result<ExprId> AnyJsonValue(GrammarBuilder& b, const grammar::JsonSchemaOptions& opts);
+Result<ExprId> AnyJsonObject(GrammarBuilder& b, const grammar::JsonSchemaOptions& opts);
+Result<ExprId> EmptyJsonObject(GrammarBuilder& b, const grammar::JsonSchemaOptions& opts);
 
 // Items in a fixed order, `sep` between consecutive present ones, where `required[i]` ones
 // must appear and the others may (so the result can be empty when none is required).

@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
+#include <regex>
 
 #include "ladle/frontend/output_parser.h"
 #include "ladle/json/json.h"
@@ -299,12 +301,26 @@ bool Validate(const json::Value& v, const json::Value& s, const std::string& at,
     if (t->is_string()) types.push_back(t->as_string());
     for (const json::Value& x : t->is_array() ? t->as_array() : json::Value::Array{}) types.push_back(x.as_string());
     auto is = [&](const std::string& ty) {
-      if (ty == "integer") return v.is_number() && v.is_integer();
+      // JSON Schema's integer is a number with no fractional part (1.0 and -0.0 count).
+      if (ty == "integer") return v.is_number() && std::floor(v.as_double()) == v.as_double();
       if (ty == "number") return v.is_number();
       if (ty == "boolean") return v.is_bool();
       return std::string(v.TypeName()) == ty;
     };
     if (std::none_of(types.begin(), types.end(), is)) return fail("wrong type");
+  }
+  if (v.is_number()) {
+    if (const json::Value* m = s.Find("minimum"); m && v.as_double() < m->as_double()) return fail("below minimum");
+    if (const json::Value* m = s.Find("maximum"); m && v.as_double() > m->as_double()) return fail("above maximum");
+  }
+  if (v.is_string()) {
+    const std::string& str = v.as_string();
+    const auto cps = static_cast<int64_t>(std::count_if(str.begin(), str.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+    if (const json::Value* m = s.Find("minLength"); m && cps < *m->as_int64()) return fail("too short");
+    if (const json::Value* m = s.Find("maxLength"); m && cps > *m->as_int64()) return fail("too long");
+    if (const json::Value* pat = s.Find("pattern"); pat && !std::regex_search(str, std::regex(pat->as_string()))) {
+      return fail("pattern");
+    }
   }
   if (v.is_object()) {
     const json::Value* props = s.Find("properties");
@@ -324,6 +340,9 @@ bool Validate(const json::Value& v, const json::Value& s, const std::string& at,
     }
   }
   if (v.is_array()) {
+    if (const json::Value* m = s.Find("maxItems"); m && static_cast<int64_t>(v.as_array().size()) > *m->as_int64()) {
+      return fail("too many items");
+    }
     if (const json::Value* items = s.Find("items")) {
       for (size_t i = 0; i < v.as_array().size(); ++i) {
         if (!Validate(v.as_array()[i], *items, at + "/" + std::to_string(i), why)) return false;
@@ -352,14 +371,17 @@ std::vector<Tool> TestTools(bool strict = false) {
   return {
       MakeTool("get_weather",
                R"({"type":"object","properties":{"city":{"type":"string","description":"City"},)"
-               R"("unit":{"type":"string","enum":["celsius","fahrenheit"]},"days":{"type":"integer"}},)"
+               R"("unit":{"type":"string","enum":["celsius","fahrenheit"]},)"
+               R"("days":{"type":"integer","minimum":1,"maximum":16},)"
+               R"("country":{"type":"string","pattern":"^[A-Z]{2}$"}},)"
                R"("required":["city"]})",
                strict),
       MakeTool("search",
                R"({"type":"object","properties":{"query":{"type":"string"},)"
                R"("filters":{"type":"object","properties":{"lang":{"type":"string"},"safe":{"type":"boolean"}},)"
                R"("required":["safe"],"additionalProperties":false},)"
-               R"("tags":{"type":"array","items":{"type":"string"}},"limit":{"type":"number"}},)"
+               R"("tags":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":3},)"
+               R"("limit":{"type":"number","minimum":0,"maximum":100}},)"
                R"("required":["query","filters"]})",
                strict),
       MakeTool("set_mode",
@@ -728,6 +750,20 @@ TEST_F(ToolGrammarTest, DsmlFormat) {
       const std::string near = "\n" + Param(false, "city", true, "a</｜DSML｜param <｜DSML｜parameter>b");
       EXPECT_TRUE(rec.Matches(DsmlTurn(false, {{"get_weather", near}}).s));
     }
+    // A string with a pattern is written as a JSON string (string="false"), which the schema
+    // compiler constrains exactly and the parser passes through.
+    const std::string coded = "\n" + Param(v4, "city", true, "Paris") + Param(v4, "country", false, "\"FR\"");
+    const Syms coded_turn = Expand(DsmlTurn(v4, {{"get_weather", coded}}));
+    EXPECT_TRUE(rec.Matches(coded_turn.s));
+    const Parsed pc = Parse(v, false, Render(coded_turn.s, *vtok), false);
+    ASSERT_EQ(pc.calls.size(), 1u);
+    EXPECT_EQ(pc.calls[0].args, R"({"city": "Paris", "country": "FR"})");
+    EXPECT_FALSE(rec.Matches(
+        Expand(DsmlTurn(v4, {{"get_weather", "\n" + Param(v4, "city", true, "Paris") + Param(v4, "country", false, "\"Fr\"")}}))
+            .s));
+    EXPECT_FALSE(rec.Matches(
+        Expand(DsmlTurn(v4, {{"get_weather", "\n" + Param(v4, "city", true, "Paris") + Param(v4, "days", false, "17")}}))
+            .s));
     // Mixed-type parameter: raw string or JSON null.
     const std::string mode_null = "\n" + Param(v4, "mode", true, "fast") + Param(v4, "note", false, "null");
     const std::string mode_text = "\n" + Param(v4, "mode", true, "safe") + Param(v4, "note", true, "n/a");
