@@ -3,12 +3,14 @@
 // Two jobs, both through the real engine (engine::CreateEngine + the MaskProvider hook):
 //   1. End-to-end sample (tests/e2e/schema_sample_run.sh): a deterministic sample of MaskBench
 //      schemas that compile, one request each, written as JSONL
-//      {"id","subset","schema","output","finish","forced","max_tokens","tokens","approximations"}
+//      {"id","subset","schema","output","finish","forced","max_tokens","tokens","token_ids",
+//       "approximations"}
 //      for an independent validator (ajv) to check. With random weights the model wanders
 //      everywhere the mask lets it, so this exercises the grammar far from the happy path.
 //   2. Mask overhead (--compare): the same requests with and without the masks; prints
 //      tokens/s for both and their ratio.
 //
+//   generate_bench --replay=FILE.jsonl --id=NAME   (per-step budget trace of one output)
 //   generate_bench [--schemas=N] [--out=FILE] [--compare] [--max-tokens=N] [--concurrency=N]
 //                  [--data-dir=DIR | --archive=PATH --unpack-dir=DIR] [--tokenizer=PATH]
 //                  [--subset=A,B] [--seed=N] [--temperature=T]
@@ -29,9 +31,11 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ladle/core/thread_pool.h"
 #include "ladle/engine/engine.h"
 #include "ladle/engine/engine_config.h"
 #include "ladle/engine/model.h"
@@ -94,6 +98,7 @@ struct Item {
   engine::FinishKind finish = engine::FinishKind::kError;
   std::string error;
   size_t tokens = 0;
+  std::vector<uint32_t> token_ids;  // as sampled (for reproducing a failure with a matcher)
   std::shared_ptr<SchemaMask> mask;
 };
 
@@ -107,6 +112,48 @@ const char* FinishName(engine::FinishKind k) {
     case engine::FinishKind::kError: return "error";
   }
   return "?";
+}
+
+// --replay: re-drives one recorded output's token ids through a fresh matcher with the same
+// budget and prints, per step, the remaining budget, the shortest completion and whether the
+// token was allowed: the reproduction to hand to whoever owns the runtime.
+int Replay(const std::string& path, const std::string& id, const ladle::tokenizer::Tokenizer& tok,
+           std::shared_ptr<const grammar::TokenVocabulary> vocab, uint32_t compile_ms) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto rec = json::Parse(line);
+    if (!rec.ok() || !rec->Find("id") || rec->Find("id")->as_string() != id) continue;
+    grammar::CompileOptions copts;
+    copts.max_compile_ms = compile_ms;
+    auto g = grammar::JsonSchemaGrammar(*rec->Find("schema"));
+    if (!g.ok()) return std::fprintf(stderr, "%s\n", g.status().ToString().c_str()), 1;
+    auto cg = grammar::CompiledGrammar::Compile(*g, vocab, copts);
+    if (!cg.ok()) return std::fprintf(stderr, "%s\n", cg.status().ToString().c_str()), 1;
+    const auto max_tokens = static_cast<uint32_t>(rec->Find("max_tokens")->as_int64().value());
+    grammar::GrammarMatcher m(*cg);
+    std::vector<uint64_t> bits(kVocab / 64 + 1);
+    uint32_t k = 0;
+    for (const auto& t : rec->Find("token_ids")->as_array()) {
+      const auto tid = static_cast<uint32_t>(t.as_int64().value());
+      const uint32_t shortest_before = m.ShortestCompletionTokens();
+      m.SetRemainingTokens(max_tokens - k);
+      m.FillNextTokenMask(bits.data());
+      const bool allowed = (bits[tid >> 6] >> (tid & 63)) & 1;
+      size_t n_allowed = 0;
+      for (uint64_t w : bits) n_allowed += static_cast<size_t>(__builtin_popcountll(w));
+      auto piece = tok.Decode(std::span<const uint32_t>(&tid, 1));
+      std::printf("%3u remaining %3u shortest %3u allowed-tokens %6zu token %6u %-12s %s%s\n", k, max_tokens - k,
+                  shortest_before, n_allowed, tid, fmt::format("{:?}", piece.ok() ? *piece : "?").c_str(),
+                  allowed ? "" : "NOT ALLOWED ", m.ForcedByBudget() ? "(forced so far)" : "");
+      if (!allowed || !m.AcceptToken(tid)) return 1;
+      ++k;
+    }
+    std::printf("end: can terminate %d, shortest %u\n", m.CanTerminate(), m.ShortestCompletionTokens());
+    return 0;
+  }
+  std::fprintf(stderr, "generate_bench: %s not in %s\n", id.c_str(), path.c_str());
+  return 1;
 }
 
 struct RunStats {
@@ -133,6 +180,7 @@ ladle::Result<RunStats> Run(std::vector<Item>& items, const ladle::tokenizer::To
     Item& it = items[i];
     it.output.clear();
     it.tokens = 0;
+    it.token_ids.clear();
     engine::SubmitRequest req;
     req.prompt = prompt;
     req.sampling.temperature = temperature;
@@ -152,6 +200,7 @@ ladle::Result<RunStats> Run(std::vector<Item>& items, const ladle::tokenizer::To
       for (const auto& ev : o.tokens) {
         x.output += ev.text;
         ++x.tokens;
+        x.token_ids.push_back(ev.token);
       }
       if (o.finished) {
         x.finish = o.finish;
@@ -182,7 +231,7 @@ int main(int argc, char** argv) {
                                   unpack_dir = ladle::bench::DefaultUnpackDir(),
                                   tokenizer_path = ladle::bench::DefaultTokenizer(), subsets;
   bool compare = false;
-  uint32_t max_tokens = 48, max_tokens_cap = 384;
+  uint32_t max_tokens = 48, max_tokens_cap = 384, compile_ms = 2000;
   int concurrency = 64;
   uint64_t seed = 1;
   float temperature = 1.0f;
@@ -192,6 +241,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens", max_tokens, "max_tokens per request (raised to shortest completion + 16)");
   app.add_option("--max-tokens-cap", max_tokens_cap, "upper bound of the raised max_tokens");
   app.add_option("--concurrency", concurrency, "engine batch (max running requests)");
+  app.add_option("--compile-ms", compile_ms, "CompileOptions::max_compile_ms (wall clock)");
+  std::string replay, replay_id;
+  app.add_option("--replay", replay, "re-drive a recorded output of this JSONL (with --id) through a matcher");
+  app.add_option("--id", replay_id, "the record --replay re-drives");
   app.add_option("--data-dir", data_dir, "unpacked maskbench/data directory");
   app.add_option("--archive", archive, "maskbench-dev.tar.zst");
   app.add_option("--unpack-dir", unpack_dir, "where to unpack the archive");
@@ -213,39 +266,54 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // The sample: files in hash order, the first `schemas` that compile.
+  if (!replay.empty()) return Replay(replay, replay_id, *tok, *vocab, compile_ms);
+
+  // The sample: files in hash order, the first `schemas` that compile. Compiles run in
+  // parallel (chunks of files over the shared pool) and are then taken in hash order, so the
+  // sample is the same whatever the thread count; only a schema whose compile time sits at
+  // the wall-clock budget can fall either way.
   auto files = ladle::bench::ListSchemaFiles(data_dir, ladle::bench::SplitComma(subsets));
   ladle::bench::SortBySampleOrder(&files);
+  grammar::CompileOptions copts;
+  copts.max_compile_ms = compile_ms;
   std::vector<Item> items;
   size_t tried = 0, compile_errors = 0;
   const auto c0 = Clock::now();
-  for (const auto& f : files) {
-    if (items.size() >= schemas) break;
-    ++tried;
-    std::string text;
-    if (!ladle::bench::ReadFile(f.path, &text)) continue;
-    auto doc = json::Parse(text);
-    const json::Value* schema = doc.ok() ? doc->Find("schema") : nullptr;
-    if (!schema) continue;
-    grammar::CompileReport report;
-    auto g = grammar::JsonSchemaGrammar(*schema, {}, &report);
-    if (!g.ok()) {
-      ++compile_errors;
-      continue;
+  for (size_t begin = 0; begin < files.size() && items.size() < schemas;) {
+    const size_t want = schemas - items.size();
+    const size_t n = std::min(files.size() - begin, want + want / 4 + 8);
+    std::vector<std::optional<Item>> chunk(n);
+    std::vector<char> failed(n, 0);
+    ladle::SharedPool().ParallelFor(n, [&](size_t k) {
+      const auto& f = files[begin + k];
+      std::string text;
+      if (!ladle::bench::ReadFile(f.path, &text)) return;
+      auto doc = json::Parse(text);
+      const json::Value* schema = doc.ok() ? doc->Find("schema") : nullptr;
+      if (!schema) return;
+      grammar::CompileReport report;
+      auto g = grammar::JsonSchemaGrammar(*schema, {}, &report);
+      auto cg = g.ok() ? grammar::CompiledGrammar::Compile(*g, *vocab, copts)
+                       : ladle::Result<std::shared_ptr<const grammar::CompiledGrammar>>(g.status());
+      if (!cg.ok()) {
+        failed[k] = 1;
+        return;
+      }
+      Item it;
+      it.file = f;
+      it.schema_json = json::Dump(*schema, json::Style::kCompact);
+      it.grammar = *cg;
+      it.approximations = std::move(report.approximations);
+      grammar::GrammarMatcher probe(it.grammar);
+      it.max_tokens = std::min(max_tokens_cap, std::max(max_tokens, probe.ShortestCompletionTokens() + 16));
+      chunk[k] = std::move(it);
+    });
+    for (size_t k = 0; k < n && items.size() < schemas; ++k) {
+      ++tried;
+      compile_errors += failed[k];
+      if (chunk[k]) items.push_back(std::move(*chunk[k]));
     }
-    auto cg = grammar::CompiledGrammar::Compile(*g, *vocab, {});
-    if (!cg.ok()) {
-      ++compile_errors;
-      continue;
-    }
-    Item it;
-    it.file = f;
-    it.schema_json = json::Dump(*schema, json::Style::kCompact);
-    it.grammar = *cg;
-    it.approximations = std::move(report.approximations);
-    grammar::GrammarMatcher probe(it.grammar);
-    it.max_tokens = std::min(max_tokens_cap, std::max(max_tokens, probe.ShortestCompletionTokens() + 16));
-    items.push_back(std::move(it));
+    begin += n;
   }
   const double compile_s = std::chrono::duration<double>(Clock::now() - c0).count();
   std::fprintf(stderr, "generate_bench: %zu schemas compiled of %zu tried (%zu compile errors) in %.1f s\n",
@@ -306,6 +374,9 @@ int main(int argc, char** argv) {
       o.Set("forced", json::Value::Bool(it.mask->forced()));
       o.Set("max_tokens", json::Value::Int(it.max_tokens));
       o.Set("tokens", json::Value::Int(static_cast<int64_t>(it.tokens)));
+      json::Value ids = json::Value::MakeArray();
+      for (uint32_t t : it.token_ids) ids.as_array().push_back(json::Value::Int(t));
+      o.Set("token_ids", std::move(ids));
       json::Value approx = json::Value::MakeArray();
       for (const auto& a : it.approximations) {
         json::Value x = json::Value::MakeObject();
