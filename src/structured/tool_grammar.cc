@@ -58,13 +58,14 @@ class TurnBuilder {
 
   // Builds every call once; must run before the accessors below.
   Status BuildCalls() {
-    std::vector<ExprId> rests, calls;
+    std::vector<ExprId> rests, calls, after_names;
     for (const Tool* t : tools_) {
-      LADLE_ASSIGN_OR_RETURN(ExprId rest, CallRest(*t));
+      LADLE_ASSIGN_OR_RETURN(ExprId rest, CallRest(*t, &after_names));
       rests.push_back(rest);
       calls.push_back(b_.Seq({CallOpener(), rest}));
     }
     any_rest_ = b_.Alt(rests);
+    any_after_name_quote_ = b_.Alt(after_names);
     any_call_ = b_.Alt(calls);
     const ExprId sep = syn_.v3_fence || syn_.dsml ? b_.Literal("\n") : b_.Empty();
     more_ = b_.Repeat(b_.Seq({sep, any_call_}), 0, max_calls_ == kUnbounded ? kUnbounded : max_calls_ - 1);
@@ -86,6 +87,8 @@ class TurnBuilder {
   ExprId AfterBareOpener() {
     return syn_.dsml ? b_.Seq({any_rest_, more_}) : b_.Seq({any_rest_, more_, closer_});
   }
+  // DSML: a bare invoke whose text `<｜DSML｜invoke name="` was seen (V3.2's text trigger).
+  ExprId AfterInvokeNameQuote() { return b_.Seq({any_after_name_quote_, more_}); }
 
   // Reasoning left open by the prompt, closed by </think>.
   Result<ExprId> Reasoning() {
@@ -130,12 +133,13 @@ class TurnBuilder {
     return tool_grammar::AnyJsonObject(b_, opts_.json);
   }
 
-  // One call after its opener.
-  Result<ExprId> CallRest(const Tool& t) {
+  // One call after its opener; DSML also adds what follows `invoke name="` to *after_names.
+  Result<ExprId> CallRest(const Tool& t, std::vector<ExprId>* after_names) {
     if (syn_.dsml) {
       LADLE_ASSIGN_OR_RETURN(ExprId body, tool_grammar::DsmlInvokeBody(b_, t, syn_.sp, opts_.json, report_));
-      return b_.Seq({b_.Literal("invoke name=\""), b_.Literal(t.name), b_.Literal("\">"), body,
-                     syn_.sp.Close(b_, "invoke>")});
+      const ExprId named = b_.Seq({b_.Literal(t.name), b_.Literal("\">"), body, syn_.sp.Close(b_, "invoke>")});
+      after_names->push_back(named);
+      return b_.Seq({b_.Literal("invoke name=\""), named});
     }
     LADLE_ASSIGN_OR_RETURN(ExprId args, JsonArgs(t));
     const ExprId sep = b_.SpecialToken(*syn_.st.tool_sep);
@@ -153,7 +157,7 @@ class TurnBuilder {
   const ToolGrammarOptions& opts_;
   grammar::CompileReport* report_;
   GrammarBuilder b_;
-  ExprId any_rest_ = -1, any_call_ = -1, more_ = -1, closer_ = -1;
+  ExprId any_rest_ = -1, any_after_name_quote_ = -1, any_call_ = -1, more_ = -1, closer_ = -1;
 };
 
 // The tools a call may name under `choice`, in request order, first of each name.
@@ -197,6 +201,7 @@ std::vector<ToolCallTrigger> ToolCallTriggers(ModelVersion version) {
     out.push_back({syn.sp.dsml_id, "<", {}});
   } else {
     out.push_back({std::nullopt, fmt::format("<｜DSML｜{}>", syn.sp.block), {}});
+    out.push_back({std::nullopt, "<｜DSML｜invoke name=\"", {}});
   }
   return out;
 }
@@ -249,7 +254,7 @@ Result<ToolGrammar> BuildToolCallGrammar(const std::vector<Tool>& tools, const T
       // After "<｜DSML｜": either the wrapper's name or a bare invoke.
       after = b.Alt({b.Seq({b.Literal(syn.sp.block + ">"), tb.AfterOpener()}), tb.AfterBareOpener()});
     } else {
-      after = tb.AfterOpener();
+      after = trig.text.ends_with("name=\"") ? tb.AfterInvokeNameQuote() : tb.AfterOpener();
     }
     LADLE_ASSIGN_OR_RETURN(trig.after, tb.Finish(after));
     out.triggers.push_back(std::move(trig));

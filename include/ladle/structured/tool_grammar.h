@@ -64,9 +64,11 @@ enum class ToolConstraintKind : uint8_t {
 // `after` until the end of the turn.
 struct ToolCallTrigger {
   // The control token that opens a block (V3/R1/V3.1: <｜tool▁calls▁begin｜> 128806, or a bare
-  // <｜tool▁call▁begin｜> 128808; V4: ｜DSML｜ 128825). Unset when the opener is text (V3.2).
+  // <｜tool▁call▁begin｜> 128808; V4: ｜DSML｜ 128825, after which either the wrapper's
+  // "tool_calls>" or a bare "invoke name=" follows). Unset when the opener is text (V3.2).
   std::optional<uint32_t> token_id;
-  // V3.2: the opener's bytes ("<｜DSML｜function_calls>"), matched on the decoded output; the
+  // V3.2: the opener's bytes ("<｜DSML｜function_calls>", or a bare "<｜DSML｜invoke name=\""),
+  // matched on the decoded output; the
   // bytes of the token that completed the match past its end are the start of `after` (feed
   // them with GrammarMatcher::AcceptString). With a token trigger: the text the format puts
   // right before the token ("<" in V4, "" otherwise) — already free output, not enforced.
@@ -80,7 +82,7 @@ struct ToolGrammar {
   // kTurn: the whole turn. Also filled for kLazy (the free-text-or-calls turn), so a caller
   // that prefers one grammar for auto can use it.
   grammar::Grammar turn;
-  // kLazy (and, for information, kTurn when free text is allowed): the version's triggers.
+  // kLazy: the version's triggers, each with its `after` grammar.
   std::vector<ToolCallTrigger> triggers;
   // At least one call is required (required, named, allowed-required).
   bool forced = false;
@@ -93,7 +95,7 @@ struct ToolGrammar {
 // Builds the turn grammar for `tools` under `choice`:
 //   required / allowed-required — one or more calls (one when !parallel_tool_calls) of the
 //     allowed tools, nothing else (reasoning aside);
-//   named — exactly one call of that tool (several when parallel, all of it);
+//   named — exactly one call of that tool;
 //   auto / allowed — kTurn when any allowed tool is `strict` (free text, or text then calls
 //     whose arguments are schema-constrained), otherwise kLazy;
 //   none — kNone.

@@ -418,6 +418,28 @@ TEST_F(ToolGrammarTest, TriggersConstrainTheRestOfTheBlock) {
   }
 }
 
+// Bare calls (no section wrapper) are triggers too, since the parser reads them as calls.
+TEST_F(ToolGrammarTest, BareCallTriggers) {
+  ToolGrammarOptions opts;
+  opts.version = ModelVersion::kV32;
+  auto g = BuildToolCallGrammar(TestTools(), ToolChoice{}, true, opts);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->triggers.size(), 2u);
+  EXPECT_EQ(g->triggers[1].text, "<｜DSML｜invoke name=\"");
+  EXPECT_TRUE(grammar::ReferenceMatches(g->triggers[1].after, "ping\">\n\n</｜DSML｜invoke>"));
+  EXPECT_FALSE(grammar::ReferenceMatches(g->triggers[1].after, "pong\">\n\n</｜DSML｜invoke>"));
+
+  opts.version = ModelVersion::kV3;
+  g = BuildToolCallGrammar(TestTools(), ToolChoice{}, true, opts);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->triggers.size(), 2u);
+  EXPECT_EQ(g->triggers[1].token_id, kCallBegin);
+  const Syms rest = Syms{}.T("function").K(kSep).T("ping\n```json\n{}\n```").K(kCallEnd).K(kCallsEnd);
+  EXPECT_TRUE(grammar::ReferenceMatches(g->triggers[1].after, rest.s));
+  // The wrapper trigger's `after` starts with a call, not with the name.
+  EXPECT_FALSE(grammar::ReferenceMatches(g->triggers[0].after, rest.s));
+}
+
 TEST(ToolGrammarText, TextAvoiding) {
   grammar::GrammarBuilder b;
   auto e = tool_grammar::TextAvoiding(b, {"<｜DSML｜function_calls>", "<｜DSML｜invoke name=\"", "</think>"});
