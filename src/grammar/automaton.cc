@@ -102,13 +102,22 @@ enum class EdgeKind : uint8_t { kEps, kBytes, kCall, kSpecial };
 struct NfaEdge {
   EdgeKind kind;
   int32_t to;
-  int32_t arg;  // byte-set index, rule id or token id
+  int32_t arg;   // byte-set index, rule id or token id
+  int32_t next;  // the state's next edge (-1: last)
 };
 
+// Edges in one flat array linked per state: grammars have hundreds of thousands of states
+// with one or two edges each, and a vector per state is a malloc per state.
 struct Nfa {
-  std::vector<std::vector<NfaEdge>> out;
+  std::vector<int32_t> head;  // by state: first edge or -1
+  std::vector<NfaEdge> edges;
   std::vector<ByteSet> sets;
   int32_t start = 0, final = 1;
+  size_t size() const { return head.size(); }
+  template <typename F>
+  void ForEdges(int32_t s, F&& f) const {
+    for (int32_t e = head[s]; e >= 0; e = edges[e].next) f(edges[e]);
+  }
 };
 
 struct Budget {
@@ -138,6 +147,32 @@ class Analysis {
     inline_.assign(g.rules.size(), 0);
     rule_done_.assign(g.rules.size(), 0);
   }
+  // Structural hash of an expression tree (rule references by id): equal hashes = the same
+  // language within this grammar, so extracted units dedup.
+  std::pair<uint64_t, uint64_t> Hash(ExprId id) {
+    if (hash_memo_.empty()) hash_memo_.resize(g_.exprs.size());
+    auto& slot = hash_memo_[id];
+    if (slot.first || slot.second) return slot;
+    const Expr& e = g_.exprs[id];
+    std::vector<uint64_t> buf{static_cast<uint64_t>(e.kind), e.token_id, e.min, e.max,
+                              static_cast<uint64_t>(static_cast<uint32_t>(e.rule)), e.text.size()};
+    for (uint64_t w : e.bytes.bits) buf.push_back(w);
+    for (CodeRange r : e.ranges) buf.push_back((uint64_t{r.lo} << 32) | r.hi);
+    for (ExprId c : e.children) {
+      auto h = Hash(c);
+      buf.push_back(h.first);
+      buf.push_back(h.second);
+    }
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, buf.data(), buf.size() * sizeof(uint64_t));
+    XXH3_128bits_update(st, e.text.data(), e.text.size());
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    slot = {h.high64, h.low64 | 1};
+    return slot;
+  }
+
   bool Inlinable(RuleId r) {
     if (recursive_[r]) return false;
     if (!rule_done_[r]) {
@@ -148,7 +183,6 @@ class Analysis {
     return inline_[r];
   }
 
- private:
   uint64_t Size(ExprId id) {
     if (size_memo_[id] != UINT64_MAX) return size_memo_[id];
     const Expr& e = g_.exprs[id];
@@ -246,22 +280,58 @@ class Analysis {
   }
 
   const Grammar& g_;
+  std::vector<std::pair<uint64_t, uint64_t>> hash_memo_;
   std::vector<uint8_t> recursive_;
   std::vector<uint64_t> size_memo_;
   std::vector<uint8_t> unbounded_;  // by expression: contains an unbounded repeat (inlined refs included)
   std::vector<uint8_t> inline_, rule_done_;
 };
 
+// Repeats whose expansion exceeds this many NFA states become their own unit (a call):
+// `char{0,255}` inlined into an object rule multiplies that rule's DFA by the rest of the
+// object; as a unit it is compiled once and its states are shared by every use.
+constexpr uint64_t kExtractStates = 1024;
+
+// What gets compiled: every non-inlined rule reachable from the root, plus extracted large
+// repeats (deduplicated by structural hash).
+struct UnitTable {
+  struct Unit {
+    ExprId body;
+    RuleId rule;  // the rule itself, or the rule an extracted expression came from
+  };
+  std::vector<Unit> units;
+  std::vector<int32_t> of_rule;
+  std::map<std::pair<uint64_t, uint64_t>, int32_t> of_expr;
+
+  int32_t ForRule(const Grammar& g, RuleId r) {
+    if (of_rule.empty()) of_rule.assign(g.rules.size(), -1);
+    if (of_rule[r] < 0) {
+      of_rule[r] = static_cast<int32_t>(units.size());
+      units.push_back({g.rules[r].body, r});
+    }
+    return of_rule[r];
+  }
+  int32_t ForExpr(ExprId e, RuleId within, std::pair<uint64_t, uint64_t> hash) {
+    auto [it, fresh] = of_expr.try_emplace(hash, static_cast<int32_t>(units.size()));
+    if (fresh) units.push_back({e, within});
+    return it->second;
+  }
+};
+
 class NfaBuilder {
  public:
-  NfaBuilder(const Grammar& g, Analysis& an, Budget& budget) : g_(g), an_(an), budget_(budget) {}
+  NfaBuilder(const Grammar& g, Analysis& an, Budget& budget, UnitTable& units)
+      : g_(g), an_(an), budget_(budget), units_(units) {}
 
-  Result<Nfa> Build(RuleId unit) {
+  Result<Nfa> Build(int32_t unit) {
     nfa_ = Nfa{};
     set_index_.clear();
+    single_.fill(-1);
     NewState();
     NewState();
-    LADLE_RETURN_IF_ERROR(Emit(g_.rules[unit].body, nfa_.start, nfa_.final, 0));
+    within_ = units_.units[unit].rule;
+    top_ = units_.units[unit].body;
+    LADLE_RETURN_IF_ERROR(Emit(top_, nfa_.start, nfa_.final, 0));
     return std::move(nfa_);
   }
 
@@ -271,19 +341,29 @@ class NfaBuilder {
     return NewState();
   }
   int32_t NewState() {
-    nfa_.out.emplace_back();
-    return static_cast<int32_t>(nfa_.out.size() - 1);
+    nfa_.head.push_back(-1);
+    return static_cast<int32_t>(nfa_.head.size() - 1);
   }
   int32_t SetIndex(const ByteSet& s) {
-    std::string key(reinterpret_cast<const char*>(s.bits.data()), sizeof(s.bits));
-    auto [it, fresh] = set_index_.try_emplace(key, static_cast<int32_t>(nfa_.sets.size()));
+    auto [it, fresh] = set_index_.try_emplace(s.bits, static_cast<int32_t>(nfa_.sets.size()));
     if (fresh) nfa_.sets.push_back(s);
     return it->second;
   }
   void Edge(int32_t from, EdgeKind k, int32_t to, int32_t arg = 0) {
-    nfa_.out[from].push_back(NfaEdge{k, to, arg});
+    nfa_.edges.push_back(NfaEdge{k, to, arg, nfa_.head[from]});
+    nfa_.head[from] = static_cast<int32_t>(nfa_.edges.size() - 1);
   }
   void ByteEdge(int32_t from, int32_t to, uint8_t lo, uint8_t hi) {
+    if (lo == hi) {  // literals: the common case, no hashing
+      int32_t& idx = single_[lo];
+      if (idx < 0) {
+        ByteSet s;
+        s.Set(lo);
+        idx = SetIndex(s);
+      }
+      Edge(from, EdgeKind::kBytes, to, idx);
+      return;
+    }
     ByteSet s;
     s.SetRange(lo, hi);
     Edge(from, EdgeKind::kBytes, to, SetIndex(s));
@@ -345,10 +425,15 @@ class NfaBuilder {
       case ExprKind::kAlt:
         for (ExprId c : e.children) LADLE_RETURN_IF_ERROR(Emit(c, from, to, depth + 1));
         return Status::Ok();
-      case ExprKind::kRepeat: return EmitRepeat(e, from, to, depth);
+      case ExprKind::kRepeat:
+        if (id != top_ && an_.Size(id) > kExtractStates) {
+          Edge(from, EdgeKind::kCall, to, units_.ForExpr(id, within_, an_.Hash(id)));
+          return Status::Ok();
+        }
+        return EmitRepeat(e, from, to, depth);
       case ExprKind::kRuleRef:
         if (an_.Inlinable(e.rule)) return Emit(g_.rules[e.rule].body, from, to, depth + 1);
-        Edge(from, EdgeKind::kCall, to, e.rule);
+        Edge(from, EdgeKind::kCall, to, units_.ForRule(g_, e.rule));
         return Status::Ok();
     }
     return Status::Ok();
@@ -389,8 +474,12 @@ class NfaBuilder {
   const Grammar& g_;
   Analysis& an_;
   Budget& budget_;
+  UnitTable& units_;
+  RuleId within_ = -1;
+  ExprId top_ = -1;
   Nfa nfa_;
-  std::unordered_map<std::string, int32_t> set_index_;
+  std::map<std::array<uint64_t, 4>, int32_t> set_index_;
+  std::array<int32_t, 256> single_{};
 };
 
 // ---- Subset construction -------------------------------------------------------------------
@@ -417,28 +506,28 @@ class Determinizer {
 
   Result<Dfa> Run() {
     ComputeClasses();
-    mark_.assign(nfa_.out.size(), 0);
+    mark_.assign(nfa_.size(), 0);
     std::vector<int32_t> s0 = Closure({nfa_.start});
     Intern(std::move(s0));
     std::vector<std::vector<int32_t>> bucket(dfa_.num_classes);
     for (size_t d = 0; d < states_.size(); ++d) {
       LADLE_RETURN_IF_ERROR(budget_.Charge(kDfaStateBytes + dfa_.num_classes * sizeof(int32_t)));
       for (auto& b : bucket) b.clear();
-      std::map<RuleId, std::vector<int32_t>> calls;
-      std::map<uint32_t, std::vector<int32_t>> specials;
+      calls_.clear();
+      specials_.clear();
       bool acc = false;
       for (int32_t s : states_[d]) {
         if (s == nfa_.final) acc = true;
-        for (const NfaEdge& e : nfa_.out[s]) {
+        nfa_.ForEdges(s, [&](const NfaEdge& e) {
           switch (e.kind) {
             case EdgeKind::kBytes:
               for (uint8_t c : set_classes_[e.arg]) bucket[c].push_back(e.to);
               break;
-            case EdgeKind::kCall: calls[e.arg].push_back(e.to); break;
-            case EdgeKind::kSpecial: specials[static_cast<uint32_t>(e.arg)].push_back(e.to); break;
+            case EdgeKind::kCall: calls_.push_back({e.arg, e.to}); break;
+            case EdgeKind::kSpecial: specials_.push_back({e.arg, e.to}); break;
             case EdgeKind::kEps: break;
           }
-        }
+        });
       }
       dfa_.accepting.push_back(acc);
       std::vector<int32_t> row(dfa_.num_classes, -1);
@@ -447,9 +536,13 @@ class Determinizer {
       }
       dfa_.next.insert(dfa_.next.end(), row.begin(), row.end());
       dfa_.calls.emplace_back();
-      for (auto& [r, targets] : calls) dfa_.calls.back().push_back({r, Intern(Closure(targets))});
+      ForGroups(calls_, [&](int32_t r, const std::vector<int32_t>& targets) {
+        dfa_.calls.back().push_back({r, Intern(Closure(targets))});
+      });
       dfa_.specials.emplace_back();
-      for (auto& [t, targets] : specials) dfa_.specials.back().push_back({t, Intern(Closure(targets))});
+      ForGroups(specials_, [&](int32_t t, const std::vector<int32_t>& targets) {
+        dfa_.specials.back().push_back({static_cast<uint32_t>(t), Intern(Closure(targets))});
+      });
     }
     return std::move(dfa_);
   }
@@ -484,6 +577,19 @@ class Determinizer {
     }
   }
 
+  // Calls (specials) grouped by rule (token), in ascending order, targets merged.
+  template <typename F>
+  void ForGroups(std::vector<std::pair<int32_t, int32_t>>& edges, F&& f) {
+    std::sort(edges.begin(), edges.end());
+    for (size_t i = 0; i < edges.size();) {
+      group_.clear();
+      size_t j = i;
+      for (; j < edges.size() && edges[j].first == edges[i].first; ++j) group_.push_back(edges[j].second);
+      f(edges[i].first, group_);
+      i = j;
+    }
+  }
+
   std::vector<int32_t> Closure(const std::vector<int32_t>& seeds) {
     ++stamp_;
     std::vector<int32_t> out, todo;
@@ -497,12 +603,12 @@ class Determinizer {
       int32_t s = todo.back();
       todo.pop_back();
       out.push_back(s);
-      for (const NfaEdge& e : nfa_.out[s]) {
+      nfa_.ForEdges(s, [&](const NfaEdge& e) {
         if (e.kind == EdgeKind::kEps && mark_[e.to] != stamp_) {
           mark_[e.to] = stamp_;
           todo.push_back(e.to);
         }
-      }
+      });
     }
     std::sort(out.begin(), out.end());
     return out;
@@ -518,6 +624,8 @@ class Determinizer {
   Budget& budget_;
   Dfa dfa_;
   std::vector<std::vector<uint8_t>> set_classes_;
+  std::vector<std::pair<int32_t, int32_t>> calls_, specials_;
+  std::vector<int32_t> group_;
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> index_;
@@ -597,36 +705,28 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
                                  Clock::time_point deadline) {
   Budget budget{deadline, opts.max_memory_bytes, 0, opts.max_compile_ms};
   Analysis an(g);
-  NfaBuilder nb(g, an, budget);
-  std::vector<RuleId> units{g.root};
-  std::vector<int32_t> unit_of_rule(g.rules.size(), -1);
-  unit_of_rule[g.root] = 0;
+  UnitTable table;
+  NfaBuilder nb(g, an, budget, table);
+  table.ForRule(g, g.root);
   std::vector<Dfa> dfas;
-  for (size_t u = 0; u < units.size(); ++u) {
-    LADLE_ASSIGN_OR_RETURN(Nfa nfa, nb.Build(units[u]));
+  for (size_t u = 0; u < table.units.size(); ++u) {
+    LADLE_ASSIGN_OR_RETURN(Nfa nfa, nb.Build(static_cast<int32_t>(u)));
     Determinizer det(nfa, budget);
     LADLE_ASSIGN_OR_RETURN(Dfa dfa, det.Run());
-    budget.used -= std::min(budget.used, nfa.out.size() * kNfaStateBytes);  // the NFA is freed
-    for (const auto& cs : dfa.calls) {
-      for (const auto& [r, ret] : cs) {
-        if (unit_of_rule[r] < 0) {
-          unit_of_rule[r] = static_cast<int32_t>(units.size());
-          units.push_back(r);
-        }
-      }
-    }
+    budget.used -= std::min(budget.used, nfa.size() * kNfaStateBytes);  // the NFA is freed
     dfas.push_back(std::move(dfa));
   }
+  const size_t num_units = table.units.size();
   Automaton a;
-  std::vector<int32_t> base(units.size());
+  std::vector<int32_t> base(num_units);
   size_t total = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
+  for (size_t u = 0; u < num_units; ++u) {
     base[u] = static_cast<int32_t>(total);
     total += dfas[u].size();
   }
   if (total > INT32_MAX / 2) return ResourceExhausted("grammar automaton has too many states");
-  a.unit_rule = units;
-  for (size_t u = 0; u < units.size(); ++u) {
+  for (const auto& unit : table.units) a.unit_rule.push_back(unit.rule);
+  for (size_t u = 0; u < num_units; ++u) {
     const Dfa& d = dfas[u];
     a.unit_start.push_back(base[u]);
     a.class_map.push_back(d.class_map);
@@ -641,7 +741,7 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
       }
       a.call_begin.push_back(static_cast<uint32_t>(a.calls.size()));
       for (const auto& [r, ret] : d.calls[s]) {
-        a.calls.push_back({base[unit_of_rule[r]], base[u] + ret});
+        a.calls.push_back({base[r], base[u] + ret});
       }
       a.special_begin.push_back(static_cast<uint32_t>(a.specials.size()));
       for (const auto& [t, nx] : d.specials[s]) a.specials.push_back({t, base[u] + nx});

@@ -14,7 +14,7 @@ namespace {
 
 // Sub-automata larger than this are not hashed: the hash would cost more than it saves, and
 // such states are rarely shared across grammars anyway.
-constexpr size_t kMaxHashedStates = 4096;
+constexpr size_t kMaxHashedStates = 256;
 // The process-wide table stops growing past this (entries already in use stay valid).
 constexpr size_t kSharedCacheMaxBytes = size_t{1} << 30;
 
