@@ -224,7 +224,15 @@ Result<ExprId> DsmlInvokeBody(GrammarBuilder& b, const frontend::Tool& tool, con
     const ExprId close = sp.Close(b, "parameter>");
     std::vector<ExprId> alts;
     if (form == ValueForm::kRawString || form == ValueForm::kMixed) {
-      LADLE_ASSIGN_OR_RETURN(ExprId raw, TextAvoiding(b, closers));
+      // One shared rule for every raw value of the grammar: the automaton compiler builds its
+      // DFA once instead of once per parameter.
+      ExprId raw;
+      if (auto rule = b.FindRule("tool_dsml_raw_value")) {
+        raw = b.Ref(*rule);
+      } else {
+        LADLE_ASSIGN_OR_RETURN(ExprId text, TextAvoiding(b, closers));
+        raw = b.Ref(b.AddRule("tool_dsml_raw_value", text));
+      }
       alts.push_back(b.Seq({head, b.Literal("\" string=\"true\">"), raw, close}));
     }
     if (form == ValueForm::kStringEnum) {
