@@ -40,6 +40,10 @@ class Compiler {
   Compiler(GrammarBuilder& b, const Value& root, const JsonSchemaOptions& opts, CompileReport* report)
       : b_(b), lex_(b), root_(root), opts_(opts), report_(report), start_exprs_(b.num_exprs()) {
     IndexIds(root, "");
+    if (const Value* meta = root.is_object() ? root.Find("$schema") : nullptr; meta && meta->is_string()) {
+      const std::string& m = meta->as_string();
+      if (m.find("draft-04") != std::string::npos || m.find("draft-03") != std::string::npos) lex_.integral_fraction = false;
+    }
   }
 
   Result<ExprId> Compile(const Value& s, const std::string& path, int depth);

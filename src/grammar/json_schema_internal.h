@@ -38,18 +38,23 @@ class Lexical {
  public:
   explicit Lexical(GrammarBuilder& b) : b_(b) {}
 
+  // Draft 6 on: 1.0 is an integer. Drafts 3/4 say an integer has no fraction part.
+  bool integral_fraction = true;
+  ExprId IntegralTail();  // (\.0+)? or nothing, per integral_fraction
+
   ExprId StringChar();   // one JSON string character: unescaped scalar or one escape
   ExprId Escape();       // the escape alternative of StringChar (\n, \uXXXX, surrogate pairs)
   ExprId UnicodeEscapeBody();  // what follows "\u": four hex digits, or a surrogate pair
   ExprId AnyString();    // "..." with any content
   ExprId AnyNumber();    // -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
-  ExprId AnyInteger();   // -?(0|[1-9]\d*)(\.0+)?  (1.0 is an integer in JSON Schema)
+  ExprId AnyInteger();   // -?(0|[1-9]\d*) IntegralTail
   ExprId Digits(uint32_t min, uint32_t max);
 
   // Numbers in [lo, hi] (each side optional) without exponent notation. `integer_only`
   // restricts to integral values (still accepting a ".0+" tail).
+  // `max_places` limits the decimals that may be non-zero (multipleOf 0.01 → 2).
   ExprId NumberRange(const std::optional<Bound>& lo, const std::optional<Bound>& hi,
-                     bool integer_only);
+                     bool integer_only, uint32_t max_places = kUnbounded);
   // Integers n with n % k == 0 (k >= 1), no bounds.
   ExprId MultipleOf(uint64_t k);
 
@@ -66,13 +71,15 @@ class Lexical {
   ExprId Cached(ExprId* slot, const char* name, ExprId body);
   ExprId IntRange(const std::string& lo, const std::optional<std::string>& hi);
   ExprId SameLength(const std::string& lo, const std::string& hi);
-  ExprId FracTail(int kind, const std::string& s, bool ss, const std::string& t, bool ts, bool any_empty);
-  ExprId FracNe(int kind, const std::string& s, bool ss, const std::string& t, bool ts);
+  ExprId FracTail(int kind, const std::string& s, bool ss, const std::string& t, bool ts, bool with_point,
+                  uint32_t places);
+  ExprId FracNe(int kind, const std::string& s, bool ss, const std::string& t, bool ts, uint32_t places);
   ExprId Magnitude(const Bound& lo, const std::optional<Bound>& hi, bool integer_only);
   ExprId Hex(uint32_t n);
   ExprId Dec(std::string_view lo_hi_pairs);
 
   GrammarBuilder& b_;
+  uint32_t frac_places_ = kUnbounded;
   ExprId esc_ = -1, uesc_ = -1, char_ = -1, string_ = -1, number_ = -1, integer_ = -1, digit_ = -1;
 };
 

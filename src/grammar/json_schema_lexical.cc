@@ -184,11 +184,16 @@ ExprId Lexical::AnyNumber() {
   return Cached(&number_, "number", body);
 }
 
+ExprId Lexical::IntegralTail() {
+  if (!integral_fraction) return b_.Empty();
+  return b_.Optional(b_.Seq({b_.Literal("."), b_.Plus(b_.Literal("0"))}));
+}
+
 ExprId Lexical::AnyInteger() {
   if (integer_ >= 0) return integer_;
   auto& b = b_;
   ExprId intpart = b.Alt({b.Literal("0"), b.Seq({b.ByteRange('1', '9'), Digits(0, kUnbounded)})});
-  ExprId body = b.Seq({b.Optional(b.Literal("-")), intpart, b.Optional(b.Seq({b.Literal("."), b.Plus(b.Literal("0"))}))});
+  ExprId body = b.Seq({b.Optional(b.Literal("-")), intpart, IntegralTail()});
   return Cached(&integer_, "integer", body);
 }
 
@@ -232,28 +237,39 @@ ExprId Lexical::IntRange(const std::string& lo, const std::optional<std::string>
 
 // Digit strings d (after the point) with 0.d meeting the bound(s); `any_empty` admits the
 // empty string when the value 0.0 itself qualifies. kGe uses (s, ss), kLe uses (t, ts).
-ExprId Lexical::FracTail(int kind, const std::string& s, bool ss, const std::string& t, bool ts, bool with_point) {
+ExprId Lexical::FracTail(int kind, const std::string& s, bool ss, const std::string& t, bool ts, bool with_point,
+                         uint32_t places) {
   bool zero_ok = true;
   if (kind != kLe) zero_ok = zero_ok && s.empty() && !ss;
   if (kind != kGe) zero_ok = zero_ok && !(t.empty() && ts);
-  ExprId ne = FracNe(kind, s, ss, t, ts);
+  ExprId ne = FracNe(kind, s, ss, t, ts, places);
   if (with_point) ne = b_.Seq({b_.Literal("."), ne});
   return zero_ok ? b_.Optional(ne) : ne;
 }
 
-ExprId Lexical::FracNe(int kind, const std::string& s, bool ss, const std::string& t, bool ts) {
+ExprId Lexical::FracNe(int kind, const std::string& s, bool ss, const std::string& t, bool ts, uint32_t places) {
   auto& b = b_;
-  auto rest_any = [&] { return Digits(0, kUnbounded); };
+  // `places`: how many more digits may be non-zero (multipleOf 10^-k); the rest are zeros.
+  if (places == 0) {
+    bool zero_ok = (kind == kLe || (s.empty() && !ss)) && (kind == kGe || !(t.empty() && ts));
+    return zero_ok ? b.Plus(b.Literal("0")) : b.Nothing();
+  }
+  const uint32_t next = places == kUnbounded ? kUnbounded : places - 1;
+  auto rest_any = [&] {
+    return next == kUnbounded ? Digits(0, kUnbounded) : b.Seq({Digits(0, next), b.Star(b.Literal("0"))});
+  };
   auto digit = [&](int d) { return b.Literal(std::string(1, static_cast<char>('0' + d))); };
   auto range = [&](int lo, int hi) { return b.ByteRange(static_cast<uint8_t>('0' + lo), static_cast<uint8_t>('0' + hi)); };
   if (kind == kGe) {
     if (s.empty()) {
-      return ss ? b.Seq({b.Star(b.Literal("0")), range(1, 9), rest_any()}) : Digits(1, kUnbounded);
+      if (places == kUnbounded) return ss ? b.Seq({b.Star(b.Literal("0")), range(1, 9), rest_any()}) : Digits(1, kUnbounded);
+      if (!ss) return b.Seq({Digits(1, places), b.Star(b.Literal("0"))});
+      return b.Alt({b.Seq({range(1, 9), rest_any()}), b.Seq({digit(0), FracNe(kGe, "", true, "", false, next)})});
     }
     int s0 = s[0] - '0';
     std::vector<ExprId> alts;
     if (s0 < 9) alts.push_back(b.Seq({range(s0 + 1, 9), rest_any()}));
-    alts.push_back(b.Seq({digit(s0), FracTail(kGe, s.substr(1), ss, "", false, false)}));
+    alts.push_back(b.Seq({digit(s0), FracTail(kGe, s.substr(1), ss, "", false, false, next)}));
     return b.Alt(std::move(alts));
   }
   if (kind == kLe) {
@@ -261,27 +277,27 @@ ExprId Lexical::FracNe(int kind, const std::string& s, bool ss, const std::strin
     int t0 = t[0] - '0';
     std::vector<ExprId> alts;
     if (t0 > 0) alts.push_back(b.Seq({range(0, t0 - 1), rest_any()}));
-    alts.push_back(b.Seq({digit(t0), FracTail(kLe, "", false, t.substr(1), ts, false)}));
+    alts.push_back(b.Seq({digit(t0), FracTail(kLe, "", false, t.substr(1), ts, false, next)}));
     return b.Alt(std::move(alts));
   }
   // Between: requires 0.s <= 0.t.
   if (t.empty()) return (ts || !s.empty() || ss) ? b.Nothing() : b.Plus(b.Literal("0"));
-  if (s.empty() && !ss) return FracNe(kLe, s, ss, t, ts);
+  if (s.empty() && !ss) return FracNe(kLe, s, ss, t, ts, places);
   int t0 = t[0] - '0';
   if (s.empty()) {  // strictly above zero
-    if (t0 == 0) return b.Seq({digit(0), FracTail(kBetween, "", true, t.substr(1), ts, false)});
+    if (t0 == 0) return b.Seq({digit(0), FracTail(kBetween, "", true, t.substr(1), ts, false, next)});
     std::vector<ExprId> alts;
-    alts.push_back(b.Seq({digit(0), FracNe(kGe, "", true, "", false)}));
+    alts.push_back(b.Seq({digit(0), FracNe(kGe, "", true, "", false, next)}));
     if (t0 > 1) alts.push_back(b.Seq({range(1, t0 - 1), rest_any()}));
-    alts.push_back(b.Seq({digit(t0), FracTail(kLe, "", false, t.substr(1), ts, false)}));
+    alts.push_back(b.Seq({digit(t0), FracTail(kLe, "", false, t.substr(1), ts, false, next)}));
     return b.Alt(std::move(alts));
   }
   int s0 = s[0] - '0';
-  if (s0 == t0) return b.Seq({digit(s0), FracTail(kBetween, s.substr(1), ss, t.substr(1), ts, false)});
+  if (s0 == t0) return b.Seq({digit(s0), FracTail(kBetween, s.substr(1), ss, t.substr(1), ts, false, next)});
   std::vector<ExprId> alts;
-  alts.push_back(b.Seq({digit(s0), FracTail(kGe, s.substr(1), ss, "", false, false)}));
+  alts.push_back(b.Seq({digit(s0), FracTail(kGe, s.substr(1), ss, "", false, false, next)}));
   if (t0 - s0 > 1) alts.push_back(b.Seq({range(s0 + 1, t0 - 1), rest_any()}));
-  alts.push_back(b.Seq({digit(t0), FracTail(kLe, "", false, t.substr(1), ts, false)}));
+  alts.push_back(b.Seq({digit(t0), FracTail(kLe, "", false, t.substr(1), ts, false, next)}));
   return b.Alt(std::move(alts));
 }
 
@@ -303,25 +319,30 @@ ExprId Lexical::Magnitude(const Bound& lo, const std::optional<Bound>& hi, bool 
         ihi = Decrement(*ihi);
       }
     }
-    return b.Seq({IntRange(ilo, ihi), b.Optional(b.Seq({b.Literal("."), b.Plus(b.Literal("0"))}))});
+    return b.Seq({IntRange(ilo, ihi), IntegralTail()});
   }
-  ExprId any_frac = b.Optional(b.Seq({b.Literal("."), Digits(1, kUnbounded)}));
+  const uint32_t places = frac_places_;
+  ExprId any_frac = b.Optional(b.Seq({b.Literal("."), places == kUnbounded ? Digits(1, kUnbounded)
+                                                      : places == 0 ? b.Plus(b.Literal("0"))
+                                                                    : b.Seq({Digits(1, places), b.Star(b.Literal("0"))})}));
   const std::string& li = lo.value.int_digits;
-  ExprId at_lo = b.Seq({b.Literal(li), FracTail(kGe, lo.value.frac_digits, lo.exclusive, "", false, true)});
+  ExprId at_lo = b.Seq({b.Literal(li), FracTail(kGe, lo.value.frac_digits, lo.exclusive, "", false, true, places)});
   if (!hi) return b.Alt({at_lo, b.Seq({IntRange(Increment(li), std::nullopt), any_frac})});
   const std::string& ui = hi->value.int_digits;
   if (li == ui) {
-    return b.Seq({b.Literal(li), FracTail(kBetween, lo.value.frac_digits, lo.exclusive, hi->value.frac_digits, hi->exclusive, true)});
+    return b.Seq({b.Literal(li), FracTail(kBetween, lo.value.frac_digits, lo.exclusive, hi->value.frac_digits, hi->exclusive, true, places)});
   }
   std::vector<ExprId> alts{at_lo};
   std::string mid_lo = Increment(li);
   if (CompareInt(mid_lo, ui) < 0) alts.push_back(b.Seq({IntRange(mid_lo, Decrement(ui)), any_frac}));
-  alts.push_back(b.Seq({b.Literal(ui), FracTail(kLe, "", false, hi->value.frac_digits, hi->exclusive, true)}));
+  alts.push_back(b.Seq({b.Literal(ui), FracTail(kLe, "", false, hi->value.frac_digits, hi->exclusive, true, places)}));
   return b.Alt(std::move(alts));
 }
 
-ExprId Lexical::NumberRange(const std::optional<Bound>& lo, const std::optional<Bound>& hi, bool integer_only) {
+ExprId Lexical::NumberRange(const std::optional<Bound>& lo, const std::optional<Bound>& hi, bool integer_only,
+                            uint32_t max_places) {
   auto& b = b_;
+  frac_places_ = max_places;
   if (lo && hi) {
     int c = CompareDecimal(lo->value, hi->value);
     if (c > 0 || (c == 0 && (lo->exclusive || hi->exclusive))) return b.Nothing();
@@ -369,7 +390,7 @@ ExprId Lexical::MultipleOf(uint64_t k) {
   }
   ExprId first = b.Alt(step(0, 1));
   return b.Seq({b.Optional(b.Literal("-")), b.Alt({b.Literal("0"), first}),
-                b.Optional(b.Seq({b.Literal("."), b.Plus(b.Literal("0"))}))});
+                IntegralTail()});
 }
 
 std::optional<ExprId> Lexical::FormatContent(std::string_view f, std::string* approx) {

@@ -316,7 +316,8 @@ Result<ExprId> Compiler::NumberGrammar(const Value& s, const std::string& path, 
       if (!pow10) {
         Approx(path + "/multipleOf", fmt::format("multipleOf {} not enforced", m->as_string()));
       } else if (lo || hi) {
-        Approx(path + "/multipleOf", fmt::format("multipleOf {} not enforced together with bounds", m->as_string()));
+        Approx(path + (lo ? "/minimum" : "/maximum"), "bounded numbers: exponent notation not accepted");
+        return lex_.NumberRange(lo, hi, false, static_cast<uint32_t>(d->frac_digits.size()));
       } else {
         auto places = static_cast<uint32_t>(d->frac_digits.size());
         ExprId intpart = b_.Alt({b_.Literal("0"), b_.Seq({b_.ByteRange('1', '9'), lex_.Digits(0, kUnbounded)})});

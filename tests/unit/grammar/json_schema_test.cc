@@ -103,6 +103,9 @@ TEST(JsonSchema, MultipleOf) {
   Expect(R"({"type":"integer","multipleOf":3})", {"0", "3", "-12", "99", "3.0"}, {"1", "10", "-4"});
   Expect(R"({"type":"integer","multipleOf":5,"minimum":0,"maximum":20})", {"0", "5", "20"}, {"3", "25", "-5"});
   Expect(R"({"type":"number","multipleOf":0.01})", {"1", "1.5", "1.25", "1.250"}, {"1.255"});
+  Expect(R"({"type":"number","multipleOf":0.01,"minimum":0.005,"maximum":2.5})", {"0.01", "1.5", "2.5", "2.50", "0.10"},
+         {"0", "0.005", "2.51", "1.255", "-1", "0.001"});
+  Expect(R"({"type":"number","multipleOf":0.1,"exclusiveMinimum":0})", {"0.1", "7", "3.20"}, {"0", "0.0", "0.05", "-0.1"});
 }
 
 TEST(JsonSchema, Formats) {
