@@ -180,7 +180,8 @@ int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab,
   for (double x : all) sum += x;
   std::printf("%zu schemas compiled (automaton only, thread CPU time): mean %.1f us, p50 %.1f us, p99 %.1f us\n", all.size(),
               all.empty() ? 0 : sum / all.size(), Pct(all, 50), Pct(all, 99));
-  for (size_t i = 0; i < rows.size() && i < 12; ++i) {
+  const size_t show = std::getenv("LADLE_ALL_ROWS") ? rows.size() : 12;
+  for (size_t i = 0; i < rows.size() && i < show; ++i) {
     std::printf("  %10.1f us  %s: %s\n", rows[i].us, rows[i].name.c_str(), rows[i].what.c_str());
   }
   return 0;

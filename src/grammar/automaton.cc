@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <queue>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -291,6 +292,12 @@ class Analysis {
 // `char{0,255}` inlined into an object rule multiplies that rule's DFA by the rest of the
 // object; as a unit it is compiled once and its states are shared by every use.
 constexpr uint64_t kExtractStates = 1024;
+// An unbounded repeat of a body this large that occurs more than once in one unit (the
+// `char*` tail after every node of an "any key but these" trie) also becomes a unit:
+// Thompson copies are distinct NFA states, so subset construction would build equivalent
+// DFA states once per copy.
+constexpr uint64_t kShareMinStates = 16;
+constexpr size_t kMaxCountVisits = 1 << 20;
 
 // What gets compiled: every non-inlined rule reachable from the root, plus extracted large
 // repeats (deduplicated by structural hash).
@@ -331,6 +338,9 @@ class NfaBuilder {
     NewState();
     within_ = units_.units[unit].rule;
     top_ = units_.units[unit].body;
+    repeat_count_.clear();
+    visits_ = 0;
+    CountRepeats(top_, 0);
     LADLE_RETURN_IF_ERROR(Emit(top_, nfa_.start, nfa_.final, 0));
     return std::move(nfa_);
   }
@@ -367,6 +377,26 @@ class NfaBuilder {
     ByteSet s;
     s.SetRange(lo, hi);
     Edge(from, EdgeKind::kBytes, to, SetIndex(s));
+  }
+
+  bool Shared(ExprId id, const Expr& e) {
+    if (e.max != kUnbounded || an_.Size(e.children[0]) < kShareMinStates) return false;
+    auto it = repeat_count_.find(an_.Hash(id));
+    return it != repeat_count_.end() && it->second >= 2;
+  }
+
+  void CountRepeats(ExprId id, int depth) {
+    if (++visits_ > kMaxCountVisits || depth > 2000) return;
+    const Expr& e = g_.exprs[id];
+    if (e.kind == ExprKind::kRepeat && e.max == kUnbounded && an_.Size(e.children[0]) >= kShareMinStates) {
+      if (++repeat_count_[an_.Hash(id)] > 1) return;  // its inside was counted the first time
+    }
+    if (e.kind == ExprKind::kRepeat && id != top_ && an_.Size(id) > kExtractStates) return;  // a unit
+    if (e.kind == ExprKind::kRuleRef) {
+      if (an_.Inlinable(e.rule)) CountRepeats(g_.rules[e.rule].body, depth + 1);
+      return;
+    }
+    for (ExprId c : e.children) CountRepeats(c, depth + 1);
   }
 
   // Adds a path from `from` to `to` matching expression `id`. Fragments only add edges out of
@@ -426,7 +456,7 @@ class NfaBuilder {
         for (ExprId c : e.children) LADLE_RETURN_IF_ERROR(Emit(c, from, to, depth + 1));
         return Status::Ok();
       case ExprKind::kRepeat:
-        if (id != top_ && an_.Size(id) > kExtractStates) {
+        if (id != top_ && (an_.Size(id) > kExtractStates || Shared(id, e))) {
           Edge(from, EdgeKind::kCall, to, units_.ForExpr(id, within_, an_.Hash(id)));
           return Status::Ok();
         }
@@ -477,6 +507,8 @@ class NfaBuilder {
   UnitTable& units_;
   RuleId within_ = -1;
   ExprId top_ = -1;
+  std::map<std::pair<uint64_t, uint64_t>, int> repeat_count_;
+  size_t visits_ = 0;
   Nfa nfa_;
   std::map<std::array<uint64_t, 4>, int32_t> set_index_;
   std::array<int32_t, 256> single_{};
@@ -531,8 +563,18 @@ class Determinizer {
       }
       dfa_.accepting.push_back(acc);
       std::vector<int32_t> row(dfa_.num_classes, -1);
+      // Wide edges (any code point) put the same targets in many classes: determinise each
+      // distinct bucket once.
+      same_.clear();
       for (uint16_t c = 0; c < dfa_.num_classes; ++c) {
-        if (!bucket[c].empty()) row[c] = Intern(Closure(bucket[c]));
+        if (bucket[c].empty()) continue;
+        uint64_t h = XXH3_64bits(bucket[c].data(), bucket[c].size() * sizeof(int32_t));
+        auto [it, fresh] = same_.try_emplace(h, c);
+        if (!fresh && bucket[it->second] == bucket[c]) {
+          row[c] = row[it->second];
+        } else {
+          row[c] = Intern(Closure(bucket[c]));
+        }
       }
       dfa_.next.insert(dfa_.next.end(), row.begin(), row.end());
       dfa_.calls.emplace_back();
@@ -625,6 +667,7 @@ class Determinizer {
   Dfa dfa_;
   std::vector<std::vector<uint8_t>> set_classes_;
   std::vector<std::pair<int32_t, int32_t>> calls_, specials_;
+  std::unordered_map<uint64_t, uint16_t> same_;
   std::vector<int32_t> group_;
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
@@ -761,27 +804,71 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
 void FinishAutomaton(Automaton& a) {
   const size_t n = a.num_states();
   a.dist.assign(n, kInfDist);
-  auto add = [](uint32_t x, uint32_t y) { return x == kInfDist || y == kInfDist ? kInfDist : x + y; };
-  // Bellman-Ford in reverse state order: subset construction numbers successors after their
-  // predecessors, so straight-line parts converge in one pass and each call level adds one.
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = n; i-- > 0;) {
-      uint32_t d = a.accepting[i] ? 0 : kInfDist;
-      const uint16_t nc = a.num_classes[a.unit_of[i]];
-      for (uint16_t c = 0; c < nc; ++c) {
-        int32_t t = a.next[a.trans_off[i] + c];
-        if (t >= 0) d = std::min(d, add(a.dist[t], 1));
-      }
-      for (uint32_t k = a.special_begin[i]; k < a.special_begin[i + 1]; ++k) {
-        d = std::min(d, add(a.dist[a.specials[k].next], 1));
-      }
-      for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
-        d = std::min(d, add(a.dist[a.calls[k].callee], a.dist[a.calls[k].ret]));
-      }
-      if (d < a.dist[i]) {
-        a.dist[i] = d;
-        changed = true;
+  // Shortest completion is a grammar problem (Knuth 1977): each state's value is the minimum
+  // over its edges of 1 + dist(target) (bytes, specials) or dist(callee) + dist(ret) (calls).
+  // Those functions are superior (never below any argument), so a Dijkstra-style pass that
+  // finalises states in increasing order is exact in one sweep.
+  struct Edge {
+    int32_t owner, x, y;  // y = -1 for one-argument edges
+    uint32_t add;
+    uint8_t pending;
+  };
+  std::vector<Edge> edges;
+  std::vector<uint32_t> stamp(n, UINT32_MAX);
+  for (size_t i = 0; i < n; ++i) {
+    const auto g = static_cast<int32_t>(i);
+    const uint16_t nc = a.num_classes[a.unit_of[i]];
+    auto one = [&](int32_t t) {
+      if (stamp[t] == i) return;  // one edge per distinct target
+      stamp[t] = static_cast<uint32_t>(i);
+      edges.push_back({g, t, -1, 1, 1});
+    };
+    for (uint16_t c = 0; c < nc; ++c) {
+      int32_t t = a.next[a.trans_off[i] + c];
+      if (t >= 0) one(t);
+    }
+    for (uint32_t k = a.special_begin[i]; k < a.special_begin[i + 1]; ++k) one(a.specials[k].next);
+    for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
+      const auto& c = a.calls[k];
+      edges.push_back({g, c.callee, c.ret, 0, static_cast<uint8_t>(c.ret != c.callee ? 2 : 1)});
+    }
+  }
+  // deps in CSR form: state -> the edges it is an argument of.
+  std::vector<uint32_t> dep_begin(n + 1, 0), deps;
+  for (const Edge& e : edges) {
+    ++dep_begin[e.x + 1];
+    if (e.y >= 0 && e.y != e.x) ++dep_begin[e.y + 1];
+  }
+  for (size_t i = 0; i < n; ++i) dep_begin[i + 1] += dep_begin[i];
+  deps.resize(dep_begin[n]);
+  {
+    std::vector<uint32_t> fill(dep_begin.begin(), dep_begin.end() - 1);
+    for (uint32_t ei = 0; ei < edges.size(); ++ei) {
+      deps[fill[edges[ei].x]++] = ei;
+      if (edges[ei].y >= 0 && edges[ei].y != edges[ei].x) deps[fill[edges[ei].y]++] = ei;
+    }
+  }
+  using Item = std::pair<uint32_t, int32_t>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> pq;
+  std::vector<uint8_t> done(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (a.accepting[i]) {
+      a.dist[i] = 0;
+      pq.push({0, static_cast<int32_t>(i)});
+    }
+  }
+  while (!pq.empty()) {
+    auto [d, g] = pq.top();
+    pq.pop();
+    if (done[g] || d != a.dist[g]) continue;
+    done[g] = 1;
+    for (uint32_t k = dep_begin[g]; k < dep_begin[g + 1]; ++k) {
+      Edge& e = edges[deps[k]];
+      if (--e.pending > 0) continue;
+      uint64_t v = uint64_t{a.dist[e.x]} + (e.y >= 0 ? a.dist[e.y] : 0) + e.add;
+      if (v < a.dist[e.owner]) {
+        a.dist[e.owner] = static_cast<uint32_t>(std::min<uint64_t>(v, kInfDist - 1));
+        pq.push({a.dist[e.owner], e.owner});
       }
     }
   }
@@ -790,17 +877,21 @@ void FinishAutomaton(Automaton& a) {
   std::vector<Automaton::Special> specials;
   std::vector<uint32_t> cb, sb;
   a.out_bytes.assign(n, ByteSet{});
+  // The bytes of each class, per unit.
+  std::vector<std::vector<ByteSet>> class_bytes(a.class_map.size());
+  for (size_t u = 0; u < a.class_map.size(); ++u) {
+    class_bytes[u].resize(a.num_classes[u]);
+    for (int b = 0; b < 256; ++b) class_bytes[u][a.class_map[u][b]].Set(static_cast<uint8_t>(b));
+  }
   for (size_t i = 0; i < n; ++i) {
-    const auto& cmap = a.class_map[a.unit_of[i]];
-    const uint16_t nc = a.num_classes[a.unit_of[i]];
-    std::vector<uint8_t> live(nc, 0);
+    const int32_t u = a.unit_of[i];
+    const uint16_t nc = a.num_classes[u];
     for (uint16_t c = 0; c < nc; ++c) {
       int32_t& t = a.next[a.trans_off[i] + c];
       if (t >= 0 && a.dist[t] == kInfDist) t = -1;
-      live[c] = t >= 0;
-    }
-    for (int b = 0; b < 256; ++b) {
-      if (live[cmap[b]]) a.out_bytes[i].Set(static_cast<uint8_t>(b));
+      if (t >= 0) {
+        for (int w = 0; w < 4; ++w) a.out_bytes[i].bits[w] |= class_bytes[u][c].bits[w];
+      }
     }
     cb.push_back(static_cast<uint32_t>(calls.size()));
     for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
