@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "ladle/json/json.h"
+
 #ifndef LADLE_BENCH_CACHE_DIR
 #define LADLE_BENCH_CACHE_DIR ".cache"
 #endif
@@ -146,5 +148,58 @@ inline std::vector<std::string> SplitComma(std::string_view s) {
   }
   return out;
 }
+
+// The canonical serialisation of a test instance (docs/json_schema.md, "Property order and
+// canonical serialisation"): compact json::Dump with every object's keys reordered by the
+// first position at which the key is named in any `properties` of the schema document
+// (depth first, document order), then names from `required` not seen yet; keys never named
+// keep their relative order after those. The compiler emits properties in that order, so
+// an instance that differs from a schema-order one only in key order is judged on content.
+class CanonicalOrder {
+ public:
+  explicit CanonicalOrder(const json::Value& schema) {
+    Collect(schema, "properties");
+    Collect(schema, "required");
+  }
+  std::string Serialise(const json::Value& instance) const {
+    return json::Dump(Reorder(instance), json::Style::kCompact);
+  }
+
+ private:
+  void Collect(const json::Value& v, std::string_view keyword) {
+    if (v.is_array()) {
+      for (const auto& x : v.as_array()) Collect(x, keyword);
+    }
+    if (!v.is_object()) return;
+    for (const auto& [k, x] : v.as_object()) {
+      if (k == keyword && keyword == "properties" && x.is_object()) {
+        for (const auto& [name, sub] : x.as_object()) ranks_.emplace(name, ranks_.size());
+      }
+      if (k == keyword && keyword == "required" && x.is_array()) {
+        for (const auto& name : x.as_array())
+          if (name.is_string()) ranks_.emplace(name.as_string(), ranks_.size());
+      }
+      // Values here are data, not subschemas.
+      if (k != "enum" && k != "const" && k != "default" && k != "examples") Collect(x, keyword);
+    }
+  }
+  json::Value Reorder(const json::Value& v) const {
+    if (v.is_array()) {
+      json::Value::Array a;
+      for (const auto& x : v.as_array()) a.push_back(Reorder(x));
+      return json::Value::MakeArray(std::move(a));
+    }
+    if (!v.is_object()) return v;
+    json::Value::Object o;
+    for (const auto& [k, x] : v.as_object()) o.emplace_back(k, Reorder(x));
+    std::stable_sort(o.begin(), o.end(), [&](const auto& a, const auto& b) { return Rank(a.first) < Rank(b.first); });
+    return json::Value::MakeObject(std::move(o));
+  }
+  size_t Rank(const std::string& key) const {
+    auto it = ranks_.find(key);
+    return it == ranks_.end() ? SIZE_MAX : it->second;
+  }
+  std::map<std::string, size_t> ranks_;
+};
 
 }  // namespace ladle::bench
