@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "ladle/json/json.h"
 #include "tool_grammar_internal.h"
 
 namespace ladle::structured {
@@ -116,27 +117,45 @@ class TurnBuilder {
     return b_.SpecialToken(*syn_.st.tool_call_begin);
   }
 
+  grammar::JsonSchemaOptions JsonOptions(const Tool& t) const {
+    grammar::JsonSchemaOptions o = opts_.json;
+    if (t.strict) o.allow_unlisted_properties = false;
+    return o;
+  }
+
   // JSON arguments (V3/V3.1): the whole `parameters` schema.
   Result<ExprId> JsonArgs(const Tool& t) {
     const std::string path = fmt::format("/tools/{}/parameters", t.name);
     if (t.parameters.is_null()) {
       // No parameters: the empty object (OpenAI's meaning of an omitted schema).
-      return tool_grammar::EmptyJsonObject(b_, opts_.json);
+      return tool_grammar::EmptyJsonObject(b_, JsonOptions(t));
     }
-    auto args = tool_grammar::SchemaJson(b_, t.parameters, opts_.json, path, report_);
+    // Arguments are an object whatever the schema leaves open ({} or a schema without type).
+    json::Value schema = t.parameters;
+    if (schema.is_bool() && schema.as_bool()) schema = json::Value::MakeObject();
+    if (schema.is_object() && schema.Find("type") == nullptr) schema.Set("type", json::Value::String("object"));
+    if (const json::Value* type = schema.is_object() ? schema.Find("type") : nullptr) {
+      const bool object = type->is_string() ? type->as_string() == "object"
+                                            : type->is_array() && std::any_of(type->as_array().begin(), type->as_array().end(),
+                                                                               [](const json::Value& x) {
+                                                                                 return x.is_string() && x.as_string() == "object";
+                                                                               });
+      if (!object) return InvalidArgument(fmt::format("{}/type: tool parameters must be an object", path));
+    }
+    auto args = tool_grammar::SchemaJson(b_, schema, JsonOptions(t), path, report_);
     if (args.ok()) return args;
     if (t.strict) return args.status();
     if (report_ != nullptr) {
       report_->approximations.push_back(
           {path, fmt::format("any JSON object: the schema did not compile ({})", args.status().message())});
     }
-    return tool_grammar::AnyJsonObject(b_, opts_.json);
+    return tool_grammar::AnyJsonObject(b_, JsonOptions(t));
   }
 
   // One call after its opener; DSML also adds what follows `invoke name="` to *after_names.
   Result<ExprId> CallRest(const Tool& t, std::vector<ExprId>* after_names) {
     if (syn_.dsml) {
-      LADLE_ASSIGN_OR_RETURN(ExprId body, tool_grammar::DsmlInvokeBody(b_, t, syn_.sp, opts_.json, report_));
+      LADLE_ASSIGN_OR_RETURN(ExprId body, tool_grammar::DsmlInvokeBody(b_, t, syn_.sp, JsonOptions(t), report_));
       const ExprId named = b_.Seq({b_.Literal(t.name), b_.Literal("\">"), body, syn_.sp.Close(b_, "invoke>")});
       after_names->push_back(named);
       return b_.Seq({b_.Literal("invoke name=\""), named});

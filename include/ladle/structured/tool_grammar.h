@@ -42,14 +42,10 @@ struct ToolGrammarOptions {
   // The prompt ends with reasoning open (PromptOpensReasoning / Prompt::ends_in_thinking): the
   // turn starts with free reasoning, closed by </think>.
   bool ends_in_thinking = false;
-  // Whitespace and budget of JSON arguments (ARGS, and DSML string="false" values). Argument
-  // keys a schema does not list are off by default: valid JSON Schema allows them, but a call
-  // with invented keys is never what a client wants (DSML never generates them either).
-  grammar::JsonSchemaOptions json = [] {
-    grammar::JsonSchemaOptions o;
-    o.allow_unlisted_properties = false;
-    return o;
-  }();
+  // Whitespace and budget of JSON arguments (ARGS, and DSML string="false" values). For a
+  // `strict` tool unlisted properties are always off (OpenAI's strict mode); otherwise
+  // `json.allow_unlisted_properties` decides. DSML never generates unlisted top-level keys.
+  grammar::JsonSchemaOptions json;
 };
 
 // How the turn is constrained.

@@ -31,6 +31,9 @@ TEST_F(ToolGrammarTest, SampledTurnsParseIntoValidCalls) {
     ToolGrammarOptions opts;
     opts.version = c.version;
     opts.ends_in_thinking = c.thinking;
+    // Unlisted keys would take any value, and an unbounded number can overflow a double,
+    // which json::Parse (simdjson) refuses although it is valid JSON text.
+    opts.json.allow_unlisted_properties = false;
     auto tg = BuildToolCallGrammar(tools, c.choice, c.parallel, opts);
     ASSERT_TRUE(tg.ok()) << tg.status().ToString();
     ASSERT_EQ(tg->kind, ToolConstraintKind::kTurn);
@@ -415,6 +418,35 @@ TEST_F(ToolGrammarTest, TriggersConstrainTheRestOfTheBlock) {
       rest.push_back(grammar::ByteSymbol('x'));
       EXPECT_FALSE(rec->Matches(rest));
     }
+  }
+}
+
+// JSON arguments are an object even where the schema leaves the type open.
+TEST_F(ToolGrammarTest, ArgumentsAreObjects) {
+  ToolGrammarOptions opts;
+  opts.version = ModelVersion::kV31;
+  auto g = BuildToolCallGrammar({MakeTool("any", "{}"), MakeTool("untyped", R"({"properties":{"a":{"type":"integer"}}})")},
+                                Required(), true, opts);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto turn = [](std::string_view name, std::string_view args) {
+    return Syms{}.K(kCallsBegin).K(kCallBegin).T(name).K(kSep).T(args).K(kCallEnd).K(kCallsEnd).s;
+  };
+  EXPECT_TRUE(grammar::ReferenceMatches(g->turn, turn("any", "{}")));
+  EXPECT_TRUE(grammar::ReferenceMatches(g->turn, turn("any", R"({"x": [1]})")));
+  EXPECT_FALSE(grammar::ReferenceMatches(g->turn, turn("any", "3")));
+  EXPECT_TRUE(grammar::ReferenceMatches(g->turn, turn("untyped", R"({"a": 1})")));
+  EXPECT_FALSE(grammar::ReferenceMatches(g->turn, turn("untyped", "[]")));
+  // Unlisted keys: the caller's choice (JSON Schema allows them), always off for strict tools.
+  const std::string_view schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+  for (bool strict : {false, true}) {
+    auto sg = BuildToolCallGrammar({MakeTool("t", schema, strict)}, Required(), true, opts);
+    ASSERT_TRUE(sg.ok());
+    EXPECT_TRUE(grammar::ReferenceMatches(sg->turn, turn("t", R"({"a": 1})")));
+    EXPECT_EQ(grammar::ReferenceMatches(sg->turn, turn("t", R"({"a": 1, "b": 2})")), !strict);
+  }
+  for (ModelVersion v : kVersions) {
+    opts.version = v;
+    EXPECT_FALSE(BuildToolCallGrammar({MakeTool("arr", R"({"type":"array"})")}, Required(), true, opts).ok());
   }
 }
 
