@@ -100,6 +100,39 @@ TEST_F(ToolGrammarMatcherTest, SampledTurnsStayInTheMask) {
   }
 }
 
+// The lazy grammars compile too, and the rest of a block after its trigger token is in the
+// mask all the way to EOS.
+TEST_F(ToolGrammarMatcherTest, TriggerGrammarsCompile) {
+  for (ModelVersion v : kVersions) {
+    SCOPED_TRACE(frontend::ModelVersionName(v));
+    ToolGrammarOptions opts;
+    opts.version = v;
+    auto lazy = BuildToolCallGrammar(TestTools(), ToolChoice{}, true, opts);
+    ASSERT_TRUE(lazy.ok());
+    ASSERT_EQ(lazy->kind, ToolConstraintKind::kLazy);
+    for (const ToolCallTrigger& t : lazy->triggers) ASSERT_NE(Compile(t.after, v), nullptr);
+    const ToolCallTrigger& t = lazy->triggers[0];
+    if (!t.token_id) continue;  // V3.2's text trigger ends inside a token: covered by the recognizer test
+    auto forced = BuildToolCallGrammar(TestTools(), Required(), true, opts);
+    ASSERT_TRUE(forced.ok());
+    const auto cg = Compile(t.after, v);
+    std::vector<uint64_t> mask((cg->vocab().vocab_size() + 63) / 64);
+    Sampler sampler(forced->turn, 11);
+    for (int i = 0; i < 4; ++i) {
+      const auto ids = Render(sampler.Sample(200), VocabFor(v).tok);
+      const auto at = std::find(ids.begin(), ids.end(), *t.token_id);
+      ASSERT_NE(at, ids.end());
+      grammar::GrammarMatcher m(cg);
+      for (auto it = at + 1; it != ids.end(); ++it) {
+        m.FillNextTokenMask(mask.data());
+        ASSERT_TRUE(Bit(mask, *it)) << *it;
+        ASSERT_TRUE(m.AcceptToken(*it));
+      }
+      EXPECT_TRUE(m.CanTerminate());
+    }
+  }
+}
+
 TEST_F(ToolGrammarMatcherTest, MarkersOnlyAsTheirIds) {
   // V3.1 required: the turn opens with <｜tool▁calls▁begin｜> as an id, nothing else.
   {
