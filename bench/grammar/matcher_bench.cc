@@ -25,6 +25,7 @@
 #include "ladle/json/json.h"
 #include "ladle/tokenizer/tokenizer.h"
 #include "mask_cache.h"
+#include "reference_recognizer.h"
 #include "matcher_impl.h"
 
 namespace {
@@ -187,6 +188,48 @@ int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab,
   return 0;
 }
 
+// --check-dir=DIR: for every MaskBench test instance (compact, own key order), the matcher's
+// verdict (AcceptString + CanTerminate) against the reference recognizer over the same IR.
+int CheckAgainstReference(const std::shared_ptr<const grammar::TokenVocabulary>& vocab, const std::string& dir) {
+  size_t checked = 0, disagree = 0;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::FILE* fp = std::fopen(f.c_str(), "rb");
+    if (!fp) continue;
+    std::string text;
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, fp)) > 0;) text.append(buf, n);
+    std::fclose(fp);
+    auto doc = ladle::json::Parse(text);
+    const ladle::json::Value* schema = doc.ok() ? doc->Find("schema") : nullptr;
+    const ladle::json::Value* tests = doc.ok() ? doc->Find("tests") : nullptr;
+    if (!schema || !tests || !tests->is_array()) continue;
+    auto g = grammar::JsonSchemaGrammar(*schema);
+    if (!g.ok()) continue;
+    auto cg = grammar::CompiledGrammar::Compile(*g, vocab);
+    if (!cg.ok()) continue;
+    auto ref = grammar::ReferenceRecognizer::Create(*g);
+    if (!ref.ok()) continue;
+    for (const auto& t : tests->as_array()) {
+      const ladle::json::Value* data = t.Find("data");
+      if (!data) continue;
+      std::string inst = ladle::json::Dump(*data, ladle::json::Style::kCompact);
+      grammar::GrammarMatcher m(*cg);
+      bool mine = m.AcceptString(inst) && m.CanTerminate();
+      bool theirs = ref->Matches(inst);
+      ++checked;
+      if (mine != theirs) {
+        ++disagree;
+        std::printf("DISAGREE %s: matcher %d reference %d: %.200s\n", f.filename().c_str(), mine, theirs, inst.c_str());
+      }
+    }
+  }
+  std::printf("%zu instances checked, %zu disagreements\n", checked, disagree);
+  return disagree ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   const std::string tok_path = Arg(argc, argv, "tokenizer", DefaultTokenizer());
   const bool eager = Arg(argc, argv, "eager", "") == "1";
@@ -200,6 +243,7 @@ int main(int argc, char** argv) {
   auto vocab = grammar::TokenVocabulary::FromTokenizer(*tok, {1});
   if (!vocab.ok()) return 1;
   std::printf("vocabulary: %.1f ms (%zu ids)\n", Us(Clock::now() - t0) / 1000, (*vocab)->vocab_size());
+  if (std::string dir = Arg(argc, argv, "check-dir", ""); !dir.empty()) return CheckAgainstReference(*vocab, dir);
   if (std::string dir = Arg(argc, argv, "schema-dir", ""); !dir.empty()) {
     return SchemaCompiles(*vocab, dir, std::stoul(Arg(argc, argv, "limit", "100000")));
   }
