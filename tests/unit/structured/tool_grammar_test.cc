@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "tool_grammar_internal.h"
 #include "tool_grammar_test_util.h"
 
@@ -448,6 +451,60 @@ TEST_F(ToolGrammarTest, ArgumentsAreObjects) {
     opts.version = v;
     EXPECT_FALSE(BuildToolCallGrammar({MakeTool("arr", R"({"type":"array"})")}, Required(), true, opts).ok());
   }
+}
+
+// DeepSeek's own V3.2 vectors (../shared/golden/deepseek-v3.2): every assistant turn the
+// official encoder rendered, from its </think> to its EOS, is a sentence of the grammar built
+// from the conversation's tools — calls under `required`, answers under `auto`.
+TEST_F(ToolGrammarTest, OfficialV32TurnsAreAccepted) {
+  const std::string dir = testing::EnvOr("LADLE_SHARED", LADLE_TEST_SHARED_DIR) + "/golden/deepseek-v3.2";
+  int calls_checked = 0, answers_checked = 0;
+  for (const auto& [in_name, out_name] : std::vector<std::pair<std::string, std::string>>{
+           {"test_input.json", "test_output.txt"}, {"test_input_search_wo_date.json", "test_output_search_wo_date.txt"}}) {
+    SCOPED_TRACE(in_name);
+    LADLE_REQUIRE_DATA(dir + "/" + in_name);
+    auto read = [](const std::string& path) {
+      std::ifstream f(path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    auto input = json::Parse(read(dir + "/" + in_name));
+    ASSERT_TRUE(input.ok());
+    const std::string rendered = read(dir + "/" + out_name);
+    std::vector<Tool> tools;
+    const json::Value* list = input->Find("tools");
+    for (const json::Value& t : list != nullptr ? list->as_array() : json::Value::Array{}) {
+      const json::Value* fn = t.Find("function");
+      ASSERT_NE(fn, nullptr);
+      Tool tool;
+      tool.name = fn->Find("name")->as_string();
+      if (const json::Value* p = fn->Find("parameters")) tool.parameters = *p;
+      tools.push_back(std::move(tool));
+    }
+    if (tools.empty()) continue;
+    ToolGrammarOptions opts;
+    opts.version = ModelVersion::kV32;
+    auto forced = BuildToolCallGrammar(tools, Required(), true, opts);
+    auto free = BuildToolCallGrammar(tools, ToolChoice{}, true, opts);
+    ASSERT_TRUE(forced.ok() && free.ok()) << forced.status().ToString() << free.status().ToString();
+    auto forced_rec = grammar::ReferenceRecognizer::Create(forced->turn);
+    auto free_rec = grammar::ReferenceRecognizer::Create(free->turn);
+    ASSERT_TRUE(forced_rec.ok() && free_rec.ok());
+    const std::string eos = "<｜end▁of▁sentence｜>", end_think = "</think>";
+    for (size_t at = rendered.find(eos); at != std::string::npos; at = rendered.find(eos, at + 1)) {
+      const size_t think = rendered.rfind(end_think, at);
+      ASSERT_NE(think, std::string::npos);
+      const std::string turn = rendered.substr(think + end_think.size(), at - think - end_think.size());
+      if (turn.find("<｜DSML｜function_calls>") != std::string::npos) {
+        EXPECT_TRUE(forced_rec->Matches(turn)) << turn;
+        ++calls_checked;
+      } else {
+        EXPECT_TRUE(free_rec->Matches(turn)) << turn;
+        ++answers_checked;
+      }
+    }
+  }
+  EXPECT_GT(calls_checked, 0);
+  EXPECT_GT(answers_checked, 0);
 }
 
 // Bare calls (no section wrapper) are triggers too, since the parser reads them as calls.
