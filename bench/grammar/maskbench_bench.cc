@@ -231,6 +231,10 @@ int main(int argc, char** argv) {
   };
 
   for (size_t fi = 0; fi < files.size(); ++fi) {
+    if (fi > 0 && fi % 250 == 0) {
+      const double el = std::chrono::duration<double>(Clock::now() - run_start).count();
+      std::fprintf(stderr, "maskbench_bench: %zu/%zu schemas, %.0f s\n", fi, files.size(), el);
+    }
     const std::string& subset = files[fi].subset;
     const std::string& name = files[fi].name;
     SubsetStats& st = by_subset[subset];
@@ -346,10 +350,6 @@ int main(int argc, char** argv) {
     }
     if (schema_ok) ++st.passing;
 
-    if ((fi + 1) % 250 == 0 || fi + 1 == files.size()) {
-      const double el = std::chrono::duration<double>(Clock::now() - run_start).count();
-      std::fprintf(stderr, "maskbench_bench: %zu/%zu schemas, %.0f s\n", fi + 1, files.size(), el);
-    }
   }
 
   ladle::bench::MaskBenchReport rep;

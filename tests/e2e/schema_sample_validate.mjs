@@ -92,15 +92,19 @@ function compile(schema) {
 }
 
 // An ajv error is explained by an approximation when it sits on the approximated keyword: the
-// same schema path, a path below it, or (paths differ through $ref) the same keyword name.
+// same schema path, a path below it, (paths differ through $ref) the same keyword name, or a
+// sibling keyword that the approximation's text names ("minLength/maxLength not enforced
+// together with pattern" reported at /maxLength covers /minLength).
 function explained(err, approximations) {
   const sp = String(err.schemaPath ?? '').replace(/^#/, '');
+  const parent = (p) => p.slice(0, p.lastIndexOf('/'));
   return approximations.some((a) => {
     const p = String(a.path ?? '');
     if (!p) return false;
     if (sp === p || sp.startsWith(p + '/')) return true;
     const kw = p.split('/').pop();
-    return kw === err.keyword;
+    if (kw === err.keyword) return true;
+    return parent(sp) === parent(p) && new RegExp(`\\b${err.keyword}\\b`).test(String(a.what ?? ''));
   });
 }
 
