@@ -184,5 +184,54 @@ TEST(StopFilter, PassThroughWithoutStops) {
   EXPECT_EQ(out.size(), 3u);
 }
 
+std::string Repair(std::string_view in, std::string* tail) {
+  std::string out;
+  StopFilter::RepairUtf8(in, tail, &out);
+  return out;
+}
+
+TEST(RepairUtf8, IllFormedSubpartsBecomeReplacementCharacters) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  std::string tail;
+  EXPECT_EQ(Repair("plain ascii", &tail), "plain ascii");
+  EXPECT_EQ(Repair("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80", &tail), "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_TRUE(tail.empty());
+  // A stray continuation byte; C0/C1 and F5+ never start a sequence.
+  EXPECT_EQ(Repair("\xBEok", &tail), fffd + "ok");
+  EXPECT_EQ(Repair("\xC0\xAF", &tail), fffd + fffd);
+  EXPECT_EQ(Repair("\xF5x", &tail), fffd + "x");
+  // A lead byte cut short by ASCII: one U+FFFD for the subpart, the ASCII kept.
+  EXPECT_EQ(Repair("\xE2\x82x", &tail), fffd + "x");
+  // Surrogates and values past U+10FFFF are ill-formed at their second byte.
+  EXPECT_EQ(Repair("\xED\xA0\x80", &tail), fffd + fffd + fffd);
+  EXPECT_EQ(Repair("\xF4\x90\x80\x80", &tail), fffd + fffd + fffd + fffd);
+  EXPECT_TRUE(tail.empty());
+  // A valid sequence split across calls is held, then completed.
+  EXPECT_EQ(Repair("ab\xF0\x9F", &tail), "ab");
+  EXPECT_EQ(tail, "\xF0\x9F");
+  EXPECT_EQ(Repair("\x98\x80!", &tail), "\xF0\x9F\x98\x80!");
+  EXPECT_TRUE(tail.empty());
+  // ... or, when the next bytes do not continue it, replaced.
+  EXPECT_EQ(Repair("\xE2", &tail), "");
+  EXPECT_EQ(Repair("z", &tail), fffd + "z");
+}
+
+TEST(StopFilter, OutputIsAlwaysValidUtf8) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  for (const std::vector<std::string>& stops : {std::vector<std::string>{}, std::vector<std::string>{"STOP"}}) {
+    StopFilter f(stops);
+    auto out = Feed(f, {"a\xBE", "b\xE2\x82", "\xAC c \xF0", "\x9F"});
+    std::string text;
+    for (const auto& e : out) {
+      if (e.kind == Event::Kind::kContent) text += e.text;
+    }
+    // The euro sign split across events survives; the lone 0xBE and the sequence the
+    // finish cut short become U+FFFD.
+    EXPECT_EQ(text, "a" + fffd + "b\xE2\x82\xAC c " + fffd);
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(out.back().kind, Event::Kind::kFinish);
+  }
+}
+
 }  // namespace
 }  // namespace ladle::server
