@@ -93,6 +93,7 @@ class Compiler {
   std::map<std::string, const Value*> ids_;
   std::set<std::pair<std::string, std::string>> reported_;
   std::map<std::vector<std::string>, ExprId> key_cache_;
+  std::map<std::pair<uint32_t, uint32_t>, ExprId> length_rules_;
 };
 
 }  // namespace ladle::grammar::schema_internal

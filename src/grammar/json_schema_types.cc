@@ -13,6 +13,8 @@ namespace schema_internal {
 
 namespace {
 
+constexpr uint64_t kMaxCount = 512;  // largest enforced minLength/maxLength/minItems/maxItems
+
 std::optional<uint64_t> Count(const Value* v) {
   if (!v || !v->is_number()) return std::nullopt;
   auto d = ParseDecimal(v->as_string());
@@ -231,6 +233,12 @@ Result<ExprId> Compiler::RegexContent(const std::string& pattern, const std::str
 Result<ExprId> Compiler::StringGrammar(const Value& s, const std::string& path) {
   uint64_t min = Count(s.Find("minLength")).value_or(0);
   std::optional<uint64_t> max = CountFloor(s.Find("maxLength"));
+  // A counted repeat costs automaton states per count: past kMaxCount it is dropped, reported.
+  if (max && *max > kMaxCount) {
+    Approx(path + "/maxLength", fmt::format("maxLength above {} not enforced", kMaxCount));
+    max.reset();
+  }
+  if (min > kMaxCount) return Unsupported(fmt::format("{}/minLength: above {} is not supported", path, kMaxCount));
   uint32_t lo = static_cast<uint32_t>(std::min<uint64_t>(min, kUnbounded - 1));
   uint32_t hi = max ? static_cast<uint32_t>(std::min<uint64_t>(*max, kUnbounded)) : kUnbounded;
   bool has_length = lo > 0 || max.has_value();
@@ -253,7 +261,13 @@ Result<ExprId> Compiler::StringGrammar(const Value& s, const std::string& path) 
     Approx(path + "/format", fmt::format("format '{}' not enforced", format->as_string()));
   }
   if (!has_length) return lex_.AnyString();
-  return b_.Seq({quote, b_.Repeat(lex_.StringChar(), lo, hi), quote});
+  // One rule per length range: many fields share "maxLength 255", and the runtime builds
+  // (and caches masks for) each rule once.
+  auto key = std::make_pair(lo, hi);
+  if (auto it = length_rules_.find(key); it != length_rules_.end()) return it->second;
+  ExprId body = b_.Seq({quote, b_.Repeat(lex_.StringChar(), lo, hi), quote});
+  std::string name = hi == kUnbounded ? fmt::format("string_{}_", lo) : fmt::format("string_{}_{}", lo, hi);
+  return length_rules_[key] = b_.Ref(b_.AddRule(name, body));
 }
 
 Result<ExprId> Compiler::NumberGrammar(const Value& s, const std::string& path, bool integer_only) {
@@ -336,6 +350,11 @@ Result<ExprId> Compiler::NumberGrammar(const Value& s, const std::string& path, 
 Result<ExprId> Compiler::ArrayGrammar(const Value& s, const std::string& path, int depth) {
   uint64_t min = Count(s.Find("minItems")).value_or(0);
   uint64_t max = CountFloor(s.Find("maxItems")).value_or(kUnbounded);
+  if (max != kUnbounded && max > kMaxCount) {
+    Approx(path + "/maxItems", fmt::format("maxItems above {} not enforced", kMaxCount));
+    max = kUnbounded;
+  }
+  if (min > kMaxCount) return Unsupported(fmt::format("{}/minItems: above {} is not supported", path, kMaxCount));
   if (min > max) return b_.Nothing();
   if (const Value* u = s.Find("uniqueItems"); u && u->is_bool() && u->as_bool() && max > 1) {
     Approx(path + "/uniqueItems", "uniqueItems not enforced");

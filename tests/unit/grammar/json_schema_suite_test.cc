@@ -457,5 +457,23 @@ TEST(JsonSchemaSuite, DISABLED_MaskBench) {
   for (size_t i = 0; i < sorted.size() && i < 40; ++i) std::cout << fmt::format("  {:>5}  {}\n", sorted[i].first, sorted[i].second);
 }
 
+// Exploration: LADLE_SCHEMA='{...}' prints the IR size and the runtime compile time of one schema.
+TEST(JsonSchemaSuite, DISABLED_CompileOne) {
+  const char* text = std::getenv("LADLE_SCHEMA");
+  if (!text) GTEST_SKIP() << "set LADLE_SCHEMA";
+  Runtime* rt = LoadRuntime();
+  ASSERT_TRUE(rt->vocab);
+  auto schema = json::Parse(text);
+  ASSERT_TRUE(schema.ok());
+  CompileReport report;
+  auto g = JsonSchemaGrammar(*schema, {.whitespace = JsonSchemaOptions::Whitespace::kCompact}, &report);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto t0 = std::chrono::steady_clock::now();
+  auto cg = CompiledGrammar::Compile(*g, rt->vocab);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "exprs " << g->exprs.size() << " rules " << g->rules.size() << " compile " << ms << " ms "
+            << (cg.ok() ? "ok" : cg.status().ToString()) << "\n" << ReportText(report);
+}
+
 }  // namespace
 }  // namespace ladle::grammar
