@@ -49,6 +49,14 @@ struct ServeOpts {
   std::string cost_model;
   bool no_async = false;
   std::string log_format = "text";
+  // Structured output (docs/structured_output.md).
+  std::vector<std::string> grammar_workers;
+  int grammar_threads = 2;
+  int grammar_cache_entries = 512;
+  int64_t grammar_cache_mb = 1024;
+  int grammar_compile_ms = 2000;
+  std::string grammar_whitespace = "bounded";
+  bool no_grammar_budget = false;
 };
 
 // Applies the config file's keys to options the command line left unset.
@@ -156,6 +164,16 @@ int RunServe(const ServeOpts& opts) {
   sc.drain_deadline_ms = opts.drain_deadline_ms;
   sc.io_threads = opts.io_threads;
   sc.keys = std::move(keys).value();
+  sc.grammar_service.workers = opts.grammar_workers;
+  sc.grammar_service.threads = static_cast<size_t>(opts.grammar_threads);
+  sc.grammar_service.max_entries = static_cast<size_t>(opts.grammar_cache_entries);
+  sc.grammar_service.max_bytes = static_cast<size_t>(opts.grammar_cache_mb) << 20;
+  sc.grammar_service.compile.max_compile_ms = static_cast<uint32_t>(opts.grammar_compile_ms);
+  sc.grammar_service.worker_timeout_ms = static_cast<uint32_t>(opts.grammar_compile_ms) + 5000;
+  sc.grammar_budget_aware = !opts.no_grammar_budget;
+  sc.grammar_whitespace = opts.grammar_whitespace == "compact" ? grammar::JsonSchemaOptions::Whitespace::kCompact
+                          : opts.grammar_whitespace == "pretty" ? grammar::JsonSchemaOptions::Whitespace::kPretty
+                                                                : grammar::JsonSchemaOptions::Whitespace::kBounded;
   auto srv = server::Server::Create(std::move(sc), eng->get(), *base);
   if (!srv.ok()) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(srv.status().ToString()));
@@ -199,6 +217,16 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_option("--cost-model", opts->cost_model, "cost model file (loaded if present, else profiled and saved)");
   cmd->add_flag("--no-async", opts->no_async, "turn off asynchronous scheduling");
   cmd->add_option("--log-format", opts->log_format, "text or json (as the global flag)")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--grammar-worker", opts->grammar_workers,
+                  "host:port of a `ladle grammar-worker` (repeatable); none: compile in-process");
+  cmd->add_option("--grammar-threads", opts->grammar_threads, "grammar compile threads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--grammar-cache-entries", opts->grammar_cache_entries, "compiled grammars kept (LRU)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--grammar-cache-mb", opts->grammar_cache_mb, "memory bound of the grammar cache")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--grammar-compile-ms", opts->grammar_compile_ms, "compile time budget per grammar")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--grammar-whitespace", opts->grammar_whitespace, "JSON whitespace: bounded, compact or pretty")
+      ->capture_default_str()->check(CLI::IsMember({"bounded", "compact", "pretty"}));
+  cmd->add_flag("--no-grammar-budget", opts->no_grammar_budget,
+                "do not close JSON outputs within max_tokens (budget-aware completion)");
   cmd->callback([run, opts, cmd] {
     *run = [opts, cmd] {
       if (!opts->config_file.empty()) {

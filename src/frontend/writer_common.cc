@@ -54,7 +54,9 @@ void AppendChatUsage(const Usage& u, std::string* out) {
   AppendInt(u.cached_tokens, out);
   out->append("},\"completion_tokens_details\":{\"reasoning_tokens\":");
   AppendInt(u.reasoning_tokens, out);
-  out->append("}}");
+  out->push_back('}');
+  if (u.grammar_forced) out->append(",\"grammar_forced\":true");
+  out->push_back('}');
 }
 
 void AppendResponsesUsage(const Usage& u, std::string* out) {
@@ -68,6 +70,7 @@ void AppendResponsesUsage(const Usage& u, std::string* out) {
   AppendInt(u.reasoning_tokens, out);
   out->append("},\"total_tokens\":");
   AppendInt(u.prompt_tokens + u.completion_tokens, out);
+  if (u.grammar_forced) out->append(",\"grammar_forced\":true");
   out->push_back('}');
 }
 
@@ -85,6 +88,7 @@ void AppendMessagesUsage(const Usage& u, bool final, std::string* out) {
     out->append(",\"output_tokens_details\":{\"thinking_tokens\":");
     AppendInt(u.reasoning_tokens, out);
     out->push_back('}');
+    if (u.grammar_forced) out->append(",\"grammar_forced\":true");
   }
   out->push_back('}');
 }

@@ -31,6 +31,10 @@ class Generation {
   // finishes with `reason`.
   void Abort(frontend::FinishReason reason, const std::string& message, std::string* bytes);
 
+  // Structured output: the budget forced the grammar (reported in usage). Call before the
+  // last sample finishes.
+  void MarkGrammarForced() { usage_.grammar_forced = true; }
+
   bool done() const { return done_; }
   bool begun() const { return begun_; }
   const frontend::Usage& usage() const { return usage_; }

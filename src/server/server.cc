@@ -18,7 +18,12 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config, engine::Engi
   if (config.max_queue < 1) return InvalidArgument("max_queue must be at least 1");
   auto tok = frontend::TokenizerForVersion(base, config.version);
   if (!tok.ok()) return tok.status();
+  auto vocab = structured::VocabularyFor(*tok, config.version);
+  if (!vocab.ok()) return vocab.status().WithContext("grammar vocabulary");
+  auto grammar = structured::CompileService::Create(std::move(vocab).value(), config.grammar_service);
+  if (!grammar.ok()) return grammar.status();
   auto server = std::make_unique<ServerImpl>(std::move(config), engine, std::move(tok).value());
+  server->SetGrammarService(std::move(grammar).value());
   LADLE_RETURN_IF_ERROR(server->Bind());
   return std::unique_ptr<Server>(std::move(server));
 }

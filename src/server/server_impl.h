@@ -13,6 +13,7 @@
 
 #include "ladle/server/metrics.h"
 #include "ladle/server/server.h"
+#include "ladle/structured/compile_service.h"
 
 namespace ladle::server {
 
@@ -32,6 +33,9 @@ class ServerImpl : public Server {
   engine::Engine& engine() { return *engine_; }
   const tokenizer::Tokenizer& tokenizer() const { return tok_; }
   Metrics& metrics() { return metrics_; }
+  // Structured output's compile service (null only if the vocabulary could not be built).
+  structured::CompileService* grammar() { return grammar_.get(); }
+  void SetGrammarService(std::unique_ptr<structured::CompileService> s) { grammar_ = std::move(s); }
   bool draining() const { return draining_.load(); }
   boost::asio::io_context& io() { return ioc_; }
 
@@ -51,6 +55,9 @@ class ServerImpl : public Server {
   tokenizer::Tokenizer tok_;
   Metrics metrics_;
   boost::asio::io_context ioc_;
+  // After ioc_, so it is destroyed first: compiles still running post their results into a
+  // stopped (but still existing) io context.
+  std::unique_ptr<structured::CompileService> grammar_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer drain_timer_;

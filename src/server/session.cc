@@ -162,8 +162,9 @@ void Session::Handle(Request req) {
       Respond(200, "application/json", R"({"status":"ready"})", rid, keep_alive, "other");
     }
   } else if (path == "/metrics" && get) {
-    Respond(200, "text/plain; version=0.0.4; charset=utf-8", server_.metrics().Render(server_.engine().GetStats()), rid,
-            keep_alive, "other");
+    std::string text = server_.metrics().Render(server_.engine().GetStats());
+    if (server_.grammar()) server_.grammar()->AppendMetrics(&text);
+    Respond(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text), rid, keep_alive, "other");
   } else if (path == "/v1/models" && get) {
     if (!server_.config().keys.Allows(req[http::field::authorization], req["x-api-key"])) {
       RespondError(Api::kChat, Unauthorized(Api::kChat), rid, keep_alive);
@@ -180,12 +181,13 @@ void Session::Handle(Request req) {
 }
 
 void Session::Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
-                      bool keep_alive, std::string_view api_label, int retry_after) {
+                      bool keep_alive, std::string_view api_label, int retry_after, bool grammar_forced) {
   auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), version_);
   res->set(http::field::server, "ladle");
   res->set(http::field::content_type, content_type);
   res->set("x-request-id", rid);
   if (retry_after > 0) res->set(http::field::retry_after, std::to_string(retry_after));
+  if (grammar_forced) res->set("x-ladle-grammar-forced", "true");
   res->keep_alive(keep_alive);
   res->body() = std::move(body);
   res->prepare_payload();
@@ -255,22 +257,55 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
     RespondError(api, ErrorFor(api, gen.status()), rid, keep_alive);
     return;
   }
+  Launch l;
+  l.api = api;
+  l.stream = request.stream;
+  l.keep_alive = keep_alive;
+  l.rid = rid;
+  l.start = start;
+  l.gen = std::move(gen).value();
+  l.prompt = std::move(encoded->ids);
+  l.sampling = std::move(sampling);
+  // Structured output: the compiled grammar is fetched before the request enters the engine;
+  // the compile service answers on its own thread, so continue on the strand.
+  auto launch = std::make_shared<Launch>(std::move(l));
+  const bool constrained = PrepareConstraint(
+      server_, request, encoded->ends_in_thinking, launch->sampling, req["x-ladle-grammar-budget"],
+      [self = shared_from_this(), launch](ConstraintOutcome o) {
+        net::post(self->stream_.get_executor(), [self, launch, o = std::move(o)]() mutable {
+          self->SubmitGeneration(std::move(*launch), std::move(o));
+        });
+      });
+  if (!constrained) SubmitGeneration(std::move(*launch), {});
+}
 
+void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
+  const auto& cfg = server_.config();
+  const Api api = l.api;
+  const std::string rid = l.rid;
+  const bool keep_alive = l.keep_alive;
+  if (constraint.error) {
+    server_.Release();
+    RespondError(api, *constraint.error, rid, keep_alive);
+    return;
+  }
   Active a;
   a.api = api;
-  a.stream = request.stream;
+  a.stream = l.stream;
   // HTTP/1.0 has no chunked encoding: a stream's end is the connection's end.
   a.chunked = version_ == 11;
   a.keep_alive = keep_alive && (a.chunked || !a.stream);
   a.rid = rid;
-  a.gen = std::move(gen).value();
+  a.gen = std::move(l.gen);
   a.queue = std::make_shared<OutputQueue>();
-  a.start = start;
+  a.start = l.start;
+  a.mask = constraint.mask;
   active_.emplace(std::move(a));
 
   engine::SubmitRequest submit;
-  submit.prompt = std::move(encoded->ids);
-  submit.sampling = std::move(sampling);
+  submit.prompt = std::move(l.prompt);
+  submit.sampling = std::move(l.sampling);
+  submit.mask = std::move(constraint.mask);
   // The sink runs on the engine thread: queue the output and wake the strand once per batch.
   auto sink = [self = shared_from_this(), queue = active_->queue](const engine::Output& out) {
     bool post = false;
@@ -346,6 +381,8 @@ void Session::DrainOutputs() {
       }
       a.last_token = at;
     }
+    // The mask provider has seen every token of this output already (it runs at sampling).
+    if (out.finished && a.mask && a.mask->forced()) a.gen->MarkGrammarForced();
     a.gen->Consume(out, &a.pending);
   }
   if (a.stream) {
@@ -436,7 +473,8 @@ void Session::FinishGeneration() {
     }
     return;
   }
-  Respond(status, a.gen->content_type(), std::move(a.pending), a.rid, a.keep_alive, ApiLabel(a.api));
+  Respond(status, a.gen->content_type(), std::move(a.pending), a.rid, a.keep_alive, ApiLabel(a.api), 0,
+          a.mask && a.mask->forced());
 }
 
 }  // namespace ladle::server

@@ -17,6 +17,7 @@
 #include "generation.h"
 #include "ladle/engine/engine.h"
 #include "ladle/frontend/request_adapters.h"
+#include "structured_hook.h"
 
 namespace ladle::server {
 
@@ -59,6 +60,19 @@ class Session : public std::enable_shared_from_this<Session> {
     bool writing = false;
     std::string pending;  // bytes produced, not yet handed to a write
     std::string out;      // the write in flight
+    std::shared_ptr<structured::StructuredMaskProvider> mask;  // structured output, or null
+  };
+
+  // A request ready for the engine, waiting (if constrained) for its compiled grammar.
+  struct Launch {
+    frontend::Api api = frontend::Api::kChat;
+    bool stream = false;
+    bool keep_alive = true;
+    std::string rid;
+    Clock::time_point start;
+    std::unique_ptr<Generation> gen;
+    std::vector<engine::TokenId> prompt;
+    engine::SamplingParams sampling;
   };
 
   void DoRead();
@@ -66,8 +80,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnRead(boost::beast::error_code ec);
   void Handle(Request req);
   void StartGeneration(frontend::Api api, Request& req, const std::string& rid, Clock::time_point start);
+  void SubmitGeneration(Launch l, ConstraintOutcome constraint);
   void Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
-               bool keep_alive, std::string_view api_label, int retry_after = 0);
+               bool keep_alive, std::string_view api_label, int retry_after = 0, bool grammar_forced = false);
   void RespondError(frontend::Api api, const frontend::ApiError& e, const std::string& rid, bool keep_alive,
                     int retry_after = 0);
   void DrainOutputs();

@@ -41,6 +41,10 @@ struct Usage {
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
   int64_t reasoning_tokens = 0;  // completion tokens inside reasoning
+  // Structured output: the budget narrowed the grammar's mask so the output closes within
+  // max_tokens. Printed as "grammar_forced": true inside usage only when set (SDKs keep
+  // unknown usage fields); docs/structured_output.md.
+  bool grammar_forced = false;
 };
 
 }  // namespace ladle::frontend

@@ -19,6 +19,7 @@
 #include "ladle/frontend/model_version.h"
 #include "ladle/frontend/request_adapters.h"
 #include "ladle/server/auth.h"
+#include "ladle/structured/compile_service.h"
 #include "ladle/tokenizer/tokenizer.h"
 
 namespace ladle::server {
@@ -38,6 +39,12 @@ struct ServerConfig {
   int io_threads = 2;
   bool handle_signals = true;  // SIGINT/SIGTERM start a drain
   ApiKeys keys;
+  // Structured output (docs/structured_output.md). The compile service's cache, threads and
+  // `--grammar-worker` endpoints; budget-aware completion for JSON and tool-call outputs (a
+  // request may say `x-ladle-grammar-budget: off`, or `on` for regex/EBNF); JSON whitespace.
+  structured::CompileServiceOptions grammar_service;
+  bool grammar_budget_aware = true;
+  ladle::grammar::JsonSchemaOptions::Whitespace grammar_whitespace = ladle::grammar::JsonSchemaOptions::Whitespace::kBounded;
 };
 
 class Server {
