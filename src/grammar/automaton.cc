@@ -292,8 +292,9 @@ class Analysis {
 // `char{0,255}` inlined into an object rule multiplies that rule's DFA by the rest of the
 // object; as a unit it is compiled once and its states are shared by every use.
 constexpr uint64_t kExtractStates = 1024;
-// An unbounded repeat of a body this large that occurs more than once in one unit (the
-// `char*` tail after every node of an "any key but these" trie) also becomes a unit:
+// An unbounded repeat of a body this large that occurs more than once in one unit, with the
+// copies together over kExtractStates (the `char*` tail after every node of an "any key but
+// these" trie), also becomes a unit:
 // Thompson copies are distinct NFA states, so subset construction would build equivalent
 // DFA states once per copy.
 constexpr uint64_t kShareMinStates = 16;
@@ -381,8 +382,11 @@ class NfaBuilder {
 
   bool Shared(ExprId id, const Expr& e) {
     if (e.max != kUnbounded || an_.Size(e.children[0]) < kShareMinStates) return false;
+    // Only where the copies add up: a string rule used for a key and a value keeps its body
+    // inline (tokens ending the string stay "accepted" instead of "uncertain").
     auto it = repeat_count_.find(an_.Hash(id));
-    return it != repeat_count_.end() && it->second >= 2;
+    return it != repeat_count_.end() && it->second >= 2 &&
+           static_cast<uint64_t>(it->second) * an_.Size(e.children[0]) > kExtractStates;
   }
 
   void CountRepeats(ExprId id, int depth) {

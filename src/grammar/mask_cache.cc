@@ -14,7 +14,7 @@ namespace {
 
 // Sub-automata larger than this are not hashed: the hash would cost more than it saves, and
 // such states are rarely shared across grammars anyway.
-constexpr size_t kMaxHashedStates = 256;
+constexpr size_t kMaxHashedStates = 4096;
 // The process-wide table stops growing past this (entries already in use stay valid).
 constexpr size_t kSharedCacheMaxBytes = size_t{1} << 30;
 
@@ -155,37 +155,66 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
   return e;
 }
 
-bool StructuralKey(const Automaton& a, int32_t state, std::pair<uint64_t, uint64_t>* key) {
-  // Canonical BFS numbering from `state`; the serialisation of every visited state in that
-  // order is the key's preimage.
+bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pair<uint64_t, uint64_t>* key) {
+  // 1. Byte distance from `state` (calls reach the callee's start at no cost and the return
+  //    state after the callee's shortest run), by a bucket queue up to the horizon.
+  const auto horizon = static_cast<uint32_t>(max_bytes);
+  std::unordered_map<int32_t, uint32_t> dist{{state, 0}};
+  std::vector<std::vector<int32_t>> bucket(horizon + 1);
+  bucket[0].push_back(state);
+  size_t near = 0;
+  auto relax = [&](int32_t t, uint64_t d) {
+    if (d > horizon) return;
+    auto [it, fresh] = dist.try_emplace(t, static_cast<uint32_t>(d));
+    if (!fresh && it->second <= d) return;
+    it->second = static_cast<uint32_t>(d);
+    bucket[d].push_back(t);
+  };
+  for (uint32_t d = 0; d <= horizon; ++d) {
+    for (size_t k = 0; k < bucket[d].size(); ++k) {
+      const int32_t g = bucket[d][k];
+      if (dist[g] != d) continue;  // a stale entry: reached closer later
+      if (++near > kMaxHashedStates) return false;
+      const int32_t u = a.unit_of[g];
+      for (uint16_t c = 0; c < a.num_classes[u]; ++c) {
+        int32_t t = a.next[a.trans_off[g] + c];
+        if (t >= 0) relax(t, d + 1);
+      }
+      for (uint32_t i = a.call_begin[g]; i < a.call_begin[g + 1]; ++i) {
+        relax(a.calls[i].callee, d);
+        if (a.dist[a.calls[i].callee] != kInfDist) relax(a.calls[i].ret, uint64_t{d} + a.dist[a.calls[i].callee]);
+      }
+    }
+  }
+  // 2. Canonical numbering by BFS over the near states in edge order; far targets are one
+  //    marker, dead ones another. Specials are left out: tokens never contain them.
+  constexpr uint32_t kFar = 0xFFFFFFFEu, kDeadT = 0xFFFFFFFFu;
   std::unordered_map<int32_t, uint32_t> num;
+  std::unordered_map<int32_t, uint32_t> unit_num;
   std::vector<int32_t> order{state};
   num[state] = 0;
   std::vector<uint32_t> buf;
   auto id = [&](int32_t g) -> uint32_t {
+    if (g < 0) return kDeadT;
+    if (!dist.count(g)) return kFar;
     auto [it, fresh] = num.try_emplace(g, static_cast<uint32_t>(order.size()));
     if (fresh) order.push_back(g);
     return it->second;
   };
   for (size_t k = 0; k < order.size(); ++k) {
-    if (order.size() > kMaxHashedStates) return false;
     const int32_t g = order[k];
-    buf.push_back(0xA0000000u | a.accepting[g]);
-    // Byte transitions as runs of equal targets.
-    int32_t run_t = -2;
-    for (int b = 0; b < 256; ++b) {
-      int32_t t = a.Next(g, static_cast<uint8_t>(b));
-      if (t != run_t) {
-        buf.push_back(static_cast<uint32_t>(b));
-        buf.push_back(t < 0 ? UINT32_MAX : id(t));
-        run_t = t;
+    const int32_t u = a.unit_of[g];
+    auto [uit, ufresh] = unit_num.try_emplace(u, static_cast<uint32_t>(unit_num.size()));
+    buf.push_back(0xA0000000u | (a.accepting[g] ? 1u : 0u));
+    buf.push_back(uit->second);
+    if (ufresh) {
+      // The unit's byte classes, once: rows below are per class.
+      for (int b = 0; b < 256; b += 4) {
+        buf.push_back(uint32_t{a.class_map[u][b]} | uint32_t{a.class_map[u][b + 1]} << 8 |
+                      uint32_t{a.class_map[u][b + 2]} << 16 | uint32_t{a.class_map[u][b + 3]} << 24);
       }
     }
-    buf.push_back(0xB0000000u);
-    for (uint32_t i = a.special_begin[g]; i < a.special_begin[g + 1]; ++i) {
-      buf.push_back(a.specials[i].token);
-      buf.push_back(id(a.specials[i].next));
-    }
+    for (uint16_t c = 0; c < a.num_classes[u]; ++c) buf.push_back(id(a.next[a.trans_off[g] + c]));
     buf.push_back(0xC0000000u);
     for (uint32_t i = a.call_begin[g]; i < a.call_begin[g + 1]; ++i) {
       buf.push_back(id(a.calls[i].callee));
@@ -206,7 +235,7 @@ const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl&
   if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
   std::shared_ptr<const MaskEntry> entry;
   std::pair<uint64_t, uint64_t> key;
-  bool keyed = StructuralKey(a, state, &key);
+  bool keyed = StructuralKey(a, state, v.max_token_len, &key);
   if (keyed) {
     key.first ^= v.fingerprint;
     SharedCache& sc = Shared();

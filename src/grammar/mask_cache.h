@@ -57,10 +57,13 @@ class MaskCache {
   size_t bytes_ = 0;
 };
 
-// A digest of everything reachable from `state` (transitions, calls, specials, acceptance),
-// independent of state numbering. Two states with equal keys classify every token alike.
-// Returns false when the reachable part is too large to be worth hashing.
-bool StructuralKey(const Automaton& a, int32_t state, std::pair<uint64_t, uint64_t>* key);
+// A digest of everything a token can see from `state`: the sub-automaton within
+// `max_bytes` bytes (the longest token) of it — transitions, calls and acceptance, with edges
+// leaving that horizon marked but not followed — independent of state numbering. Two states
+// with equal keys classify every token alike, so the states of `char{0,255}` that are more
+// than a token away from the bound share one entry, and so do identical string bodies of
+// different grammars. Returns false when the horizon holds too many states to hash.
+bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pair<uint64_t, uint64_t>* key);
 
 // Process-wide cache statistics (tests and bench).
 struct SharedMaskCacheStats {

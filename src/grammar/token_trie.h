@@ -33,6 +33,7 @@ struct TokenVocabulary::Impl {
   std::string sorted_blob;             // token bytes in sorted order, back to back
   std::vector<uint32_t> sorted_off;    // [pos, pos + 1) delimit SortedBytes(pos) in the blob
   std::vector<uint32_t> first_byte_end;  // [b]: first position whose first byte is > b
+  size_t max_token_len = 0;
   size_t words() const { return (vocab_size + 63) / 64; }
 
   // The first position after `i` whose token does not start with the first `len` bytes of

@@ -26,7 +26,9 @@ Status BuildTrie(TokenVocabulary::Impl& v) {
   const size_t n = v.sorted.size();
   v.sorted_blob.clear();
   v.sorted_off.assign(1, 0);
+  v.max_token_len = 0;
   for (TokenId id : v.sorted) {
+    v.max_token_len = std::max(v.max_token_len, v.bytes[id].size());
     v.sorted_blob += v.bytes[id];
     if (v.sorted_blob.size() > UINT32_MAX) return InvalidArgument("vocabulary larger than 4 GiB");
     v.sorted_off.push_back(static_cast<uint32_t>(v.sorted_blob.size()));
