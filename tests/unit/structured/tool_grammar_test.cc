@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "ladle/frontend/encoder.h"
 #include "tool_grammar_internal.h"
 #include "tool_grammar_test_util.h"
 
@@ -505,6 +506,56 @@ TEST_F(ToolGrammarTest, OfficialV32TurnsAreAccepted) {
   }
   EXPECT_GT(calls_checked, 0);
   EXPECT_GT(answers_checked, 0);
+}
+
+// Ladle's encoders are the syntax's ground truth for every version: an assistant turn with
+// calls, rendered as history, is a sentence of the forced grammar.
+TEST_F(ToolGrammarTest, EncoderRenderedCallsAreAccepted) {
+  for (ModelVersion v : kVersions) {
+    SCOPED_TRACE(frontend::ModelVersionName(v));
+    frontend::Request req;
+    req.tools = TestTools();
+    frontend::Message user;
+    user.role = frontend::Role::kUser;
+    user.content.push_back({frontend::ContentPart::Kind::kText, "Weather in Paris?", {}});
+    frontend::Message assistant;
+    assistant.role = frontend::Role::kAssistant;
+    assistant.content_null = true;
+    assistant.tool_calls = {{"c0", "get_weather", R"({"city": "Paris", "unit": "celsius", "days": 3})"},
+                            {"c1", "ping", "{}"},
+                            {"c2", "set_mode", R"({"mode": "fast", "note": null})"}};
+    req.messages = {user, assistant};
+    auto prompt = frontend::RenderPrompt(req, v);
+    ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+    std::vector<Symbol> syms;
+    for (const frontend::PromptPiece& p : prompt->pieces) {
+      if (p.kind == frontend::PromptPiece::Kind::kSpecial) {
+        syms.push_back(grammar::SpecialSymbol(p.id));
+      } else {
+        for (size_t i = 0; i < p.size; ++i) syms.push_back(grammar::ByteSymbol(static_cast<uint8_t>(prompt->text[p.begin + i])));
+      }
+    }
+    const auto& st = frontend::SpecialTokensFor(v);
+    // The rendered turn: from the last <｜Assistant｜> that an EOS follows (the prompt ends with
+    // another one, the generation prompt), past a </think> token, to the first EOS after it.
+    // (V3 closes only from the second call on, so with three calls that is the first two.)
+    auto start = syms.end(), eos = syms.end();
+    for (auto it = syms.begin(); it != syms.end(); ++it) {
+      if (*it != grammar::SpecialSymbol(st.assistant)) continue;
+      auto e = std::find(it, syms.end(), grammar::SpecialSymbol(st.eos));
+      if (e == syms.end()) break;
+      start = it + 1;
+      eos = e;
+    }
+    ASSERT_NE(eos, syms.end());
+    if (st.end_think && *start == grammar::SpecialSymbol(*st.end_think)) ++start;
+    const std::vector<Symbol> turn(start, eos);
+    ToolGrammarOptions opts;
+    opts.version = v;
+    auto g = BuildToolCallGrammar(req.tools, Required(), true, opts);
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(grammar::ReferenceMatches(g->turn, turn)) << Show(turn);
+  }
 }
 
 // Bare calls (no section wrapper) are triggers too, since the parser reads them as calls.
