@@ -150,6 +150,57 @@ Result<Value> Canonical(const Value& s, const std::string& path) {
   } else {
     erase("additionalItems");  // meaningless without the array form of items
   }
+  // `not`: the forms that are combinators in disguise become them; {type}/{enum} stay for
+  // CompileFlat; anything else stays and is an error there.
+  if (const Value* n = c.Find("not")) {
+    Value neg = *n;
+    std::vector<Value> extra;  // conjuncts replacing the `not`
+    bool keep = false;
+    if (neg.is_bool()) {
+      if (neg.as_bool()) extra.push_back(Value::Bool(false));
+    } else if (neg.is_object()) {
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : neg.as_object()) {
+        if (!IsAnnotation(k)) keys.push_back(k);
+      }
+      auto negate_all = [&](const Value& list, bool conj) {
+        Value::Array out;
+        for (const Value& x : list.as_array()) out.push_back(Value::MakeObject({{"not", x}}));
+        extra.push_back(Value::MakeObject({{conj ? "allOf" : "anyOf", Value::MakeArray(std::move(out))}}));
+      };
+      if (keys.empty()) {
+        extra.push_back(Value::Bool(false));
+      } else if (keys.size() == 1 && keys[0] == "not") {
+        extra.push_back(*neg.Find("not"));
+      } else if (keys.size() == 1 && keys[0] == "anyOf" && neg.Find("anyOf")->is_array()) {
+        negate_all(*neg.Find("anyOf"), true);
+      } else if (keys.size() == 1 && keys[0] == "allOf" && neg.Find("allOf")->is_array()) {
+        negate_all(*neg.Find("allOf"), false);
+      } else if (keys.size() == 1 && keys[0] == "required" && neg.Find("required")->is_array() &&
+                 !neg.Find("required")->as_array().empty()) {
+        // Not all of them present: an object lacking at least one (non-objects satisfy
+        // `required` vacuously, so its negation wants an object).
+        Value::Array alts;
+        for (const Value& name : neg.Find("required")->as_array()) {
+          if (!name.is_string()) return InvalidArgument(fmt::format("{}/not/required: names must be strings", path));
+          alts.push_back(Value::MakeObject({{"type", Value::MakeArray({Value::String("object")})},
+                                            {"properties", Value::MakeObject({{name.as_string(), Value::Bool(false)}})}}));
+        }
+        extra.push_back(Value::MakeObject({{"anyOf", Value::MakeArray(std::move(alts))}}));
+      } else {
+        keep = true;
+      }
+    }
+    if (!keep) {
+      erase("not");
+      if (!extra.empty()) {
+        Value all = c.Find("allOf") ? *c.Find("allOf") : Value::MakeArray();
+        if (!all.is_array()) return InvalidArgument(fmt::format("{}/allOf: must be an array", path));
+        for (auto& x : extra) all.as_array().push_back(std::move(x));
+        c.Set("allOf", std::move(all));
+      }
+    }
+  }
   // Without "if", "then"/"else" are inert; "if" alone has no effect either. Together they
   // stay, and the compiler reports "if" as unsupported.
   if (!c.Find("if")) {

@@ -154,6 +154,14 @@ Result<Value> MergeSchemas(const Value& a, const Value& b, const std::string& pa
       if (!va->is_integer() || !vb.is_integer() || !x.ok() || !y.ok() || *x <= 0 || *y <= 0) return unsupported(k);
       uint64_t l = static_cast<uint64_t>(*x) / Gcd(static_cast<uint64_t>(*x), static_cast<uint64_t>(*y)) * static_cast<uint64_t>(*y);
       out.Set(k, Value::Int(static_cast<int64_t>(l)));
+    } else if (k == "not" && va->is_object() && vb.is_object() && va->as_object().size() == 1 &&
+               vb.as_object().size() == 1 && va->as_object()[0].first == vb.as_object()[0].first &&
+               (va->Find("type") || va->Find("enum"))) {
+      // not A and not B = not (A or B): for lists of types or values that is their union.
+      auto list = [](const Value& v) { return v.is_array() ? v : Value::MakeArray({v}); };
+      Value u = list(va->as_object()[0].second);
+      for (const Value& x : list(vb.as_object()[0].second).as_array()) u.as_array().push_back(x);
+      out.Set("not", Value::MakeObject({{va->as_object()[0].first, std::move(u)}}));
     } else if (!SchemaValueEqual(*va, vb)) {
       return unsupported(k);
     }

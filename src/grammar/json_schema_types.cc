@@ -71,6 +71,7 @@ Result<ExprId> Compiler::CompileFlat(const Value& s, const std::string& path, in
   for (const auto& [k, v] : s.as_object()) {
     if (!IsUnsupportedKeyword(k)) continue;
     bool trivial = (v.is_bool() && v.as_bool()) || (v.is_object() && v.as_object().empty());
+    if (k == "not") continue;  // the forms Canonical left: {type} and {enum}, handled below
     if ((k == "propertyNames" || k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies" ||
          k == "unevaluatedProperties" || k == "unevaluatedItems") && trivial) {
       continue;
@@ -82,10 +83,38 @@ Result<ExprId> Compiler::CompileFlat(const Value& s, const std::string& path, in
     mask = 0;
     for (const Value& x : t->as_array()) mask |= TypeMask(x.as_string());
   }
+  // not {type} removes types; not {enum}/{const} removes values (strings, booleans, null).
+  std::vector<std::string> not_strings;
+  unsigned not_bools = 0;  // 1: false excluded, 2: true excluded
+  if (const Value* n = s.Find("not")) {
+    LADLE_ASSIGN_OR_RETURN(Value neg, Canonical(*n, path + "/not"));
+    for (const auto& [k, v] : neg.as_object()) {
+      if (IsAnnotation(k)) continue;
+      if (k == "type") {
+        for (const Value& x : v.as_array()) mask &= ~TypeMask(x.as_string());
+      } else if (k == "enum" && neg.as_object().size() == 1) {
+        for (const Value& x : v.as_array()) {
+          if (x.is_null()) {
+            mask &= ~kNull;
+          } else if (x.is_string()) {
+            not_strings.push_back(x.as_string());
+          } else if (x.is_bool()) {
+            not_bools |= x.as_bool() ? 2 : 1;
+          } else {
+            return Unsupported(fmt::format("{}/not/enum: excluding numbers, arrays or objects is not supported", path));
+          }
+        }
+      } else {
+        return Unsupported(fmt::format("{}/not: only type, enum and const (and combinators of them) can be negated", path));
+      }
+    }
+  }
   if (const Value* e = s.Find("enum")) {
     std::vector<ExprId> alts;
     for (const Value& v : e->as_array()) {
       if (!(ValueMask(v) & mask) || !EnumValueFits(v, s, path)) continue;
+      if (v.is_string() && std::find(not_strings.begin(), not_strings.end(), v.as_string()) != not_strings.end()) continue;
+      if (v.is_bool() && (not_bools & (v.as_bool() ? 2 : 1))) continue;
       LADLE_ASSIGN_OR_RETURN(ExprId lit, Literal(v, depth));
       alts.push_back(lit);
     }
@@ -93,14 +122,33 @@ Result<ExprId> Compiler::CompileFlat(const Value& s, const std::string& path, in
   }
   std::vector<ExprId> alts;
   if (mask & kNull) alts.push_back(b_.Literal("null"));
-  if (mask & kBool) alts.push_back(b_.Alt({b_.Literal("true"), b_.Literal("false")}));
-  if (mask & (kInt | kFrac)) {
+  if (mask & kBool) {
+    if (!(not_bools & 2)) alts.push_back(b_.Literal("true"));
+    if (!(not_bools & 1)) alts.push_back(b_.Literal("false"));
+  }
+  if ((mask & (kInt | kFrac)) == kFrac) {
+    // Numbers that are not integers (what `not: {type: integer}` leaves).
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
+      if (s.Find(k)) return Unsupported(fmt::format("{}/{}: not supported on non-integer numbers", path, k));
+    }
+    Approx(path + "/not", "non-integer numbers: exponent notation not accepted");
+    ExprId intpart = b_.Alt({b_.Literal("0"), b_.Seq({b_.ByteRange('1', '9'), lex_.Digits(0, kUnbounded)})});
+    alts.push_back(b_.Seq({b_.Optional(b_.Literal("-")), intpart, b_.Literal("."), lex_.Digits(0, kUnbounded),
+                           b_.ByteRange('1', '9'), lex_.Digits(0, kUnbounded)}));
+  } else if (mask & (kInt | kFrac)) {
     LADLE_ASSIGN_OR_RETURN(ExprId e, NumberGrammar(s, path, !(mask & kFrac)));
     alts.push_back(e);
   }
   if (mask & kString) {
-    LADLE_ASSIGN_OR_RETURN(ExprId e, StringGrammar(s, path));
-    alts.push_back(e);
+    if (!not_strings.empty()) {
+      for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
+        if (s.Find(k)) return Unsupported(fmt::format("{}/not: excluding strings together with {} is not supported", path, k));
+      }
+      alts.push_back(KeyNotIn(not_strings));
+    } else {
+      LADLE_ASSIGN_OR_RETURN(ExprId e, StringGrammar(s, path));
+      alts.push_back(e);
+    }
   }
   if (mask & kArray) {
     LADLE_ASSIGN_OR_RETURN(ExprId e, ArrayGrammar(s, path, depth));

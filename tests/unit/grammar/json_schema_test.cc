@@ -204,8 +204,19 @@ TEST(JsonSchema, Nullable) {
   Expect(R"({"enum":["a"],"nullable":true})", {"null", R"("a")"}, {R"("b")"});
 }
 
+TEST(JsonSchema, Not) {
+  Expect(R"({"not":{"type":"string"}})", {"1", "null", "[]"}, {R"("a")"});
+  Expect(R"({"type":["string","null"],"not":{"type":"null"}})", {R"("a")"}, {"null"});
+  Expect(R"({"type":"string","not":{"enum":["a","bc"]}})", {R"("b")", R"("")", R"("bcd")", R"("ab")"}, {R"("a")", R"("bc")"});
+  Expect(R"({"not":{"const":true}})", {"false", "1"}, {"true"});
+  Expect(R"({"type":"object","not":{"required":["a","b"]}})", {R"({})", R"({"a":1})", R"({"b":1})"}, {R"({"a":1,"b":2})"});
+  Expect(R"({"not":{"not":{"type":"integer"}}})", {"1"}, {R"("a")"});
+  Expect(R"({"not":{"anyOf":[{"type":"integer"},{"type":"string"}]}})", {"null", "1.5"}, {"1", R"("a")"});
+  Expect(R"({"not":{}})", {}, {"1", "null"});
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreErrorsWithPaths) {
-  Status s = CompileError(R"({"properties":{"a":{"not":{"type":"string"}}}})");
+  Status s = CompileError(R"({"properties":{"a":{"not":{"minimum":3}}}})");
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
   EXPECT_NE(s.message().find("/properties/a/not"), std::string::npos) << s.message();
   EXPECT_EQ(CompileError(R"({"contains":{"type":"integer"}})").code(), StatusCode::kUnsupported);
