@@ -160,7 +160,8 @@ Result<Value> MergeSchemas(const Value& a, const Value& b, const std::string& pa
       // not A and not B = not (A or B): for lists of types or values that is their union.
       auto list = [](const Value& v) { return v.is_array() ? v : Value::MakeArray({v}); };
       Value u = list(va->as_object()[0].second);
-      for (const Value& x : list(vb.as_object()[0].second).as_array()) u.as_array().push_back(x);
+      const Value more = list(vb.as_object()[0].second);
+      for (const Value& x : more.as_array()) u.as_array().push_back(x);
       out.Set("not", Value::MakeObject({{va->as_object()[0].first, std::move(u)}}));
     } else if (!SchemaValueEqual(*va, vb)) {
       return unsupported(k);
