@@ -115,7 +115,12 @@ FrameMeaning Interpret(const std::string& api, std::string_view frame) {
   }
   if (data.empty() || data == "[DONE]") return m;
   auto v = json::Parse(data);
-  if (!v.ok() || !v->is_object()) return m;
+  if (!v.ok() || !v->is_object()) {
+    // A frame a client cannot parse is a failed request (it caught invalid UTF-8 once).
+    m.error = "unparsable SSE frame (" + (v.ok() ? std::string("not an object") : v.status().ToString()) + "): " +
+              data.substr(0, 120);
+    return m;
+  }
   if (event == "error" || v->Find("error")) {
     m.error = data.substr(0, 200);
     return m;
