@@ -159,21 +159,41 @@ bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pai
   // 1. Byte distance from `state` (calls reach the callee's start at no cost and the return
   //    state after the callee's shortest run), by a bucket queue up to the horizon.
   const auto horizon = static_cast<uint32_t>(max_bytes);
-  std::unordered_map<int32_t, uint32_t> dist{{state, 0}};
+  // Per-thread scratch indexed by state with generation stamps: no allocation per call.
+  struct Scratch {
+    std::vector<uint32_t> dist, dist_gen, num, num_gen;
+    uint32_t gen = 0;
+  };
+  thread_local Scratch sc;
+  if (sc.dist.size() < a.num_states()) {
+    sc.dist.assign(a.num_states(), 0);
+    sc.dist_gen.assign(a.num_states(), 0);
+    sc.num.assign(a.num_states(), 0);
+    sc.num_gen.assign(a.num_states(), 0);
+  }
+  if (++sc.gen == 0) {
+    std::fill(sc.dist_gen.begin(), sc.dist_gen.end(), 0);
+    std::fill(sc.num_gen.begin(), sc.num_gen.end(), 0);
+    sc.gen = 1;
+  }
+  const uint32_t gen = sc.gen;
+  auto has_dist = [&](int32_t g) { return sc.dist_gen[g] == gen; };
+  sc.dist[state] = 0;
+  sc.dist_gen[state] = gen;
   std::vector<std::vector<int32_t>> bucket(horizon + 1);
   bucket[0].push_back(state);
   size_t near = 0;
   auto relax = [&](int32_t t, uint64_t d) {
     if (d > horizon) return;
-    auto [it, fresh] = dist.try_emplace(t, static_cast<uint32_t>(d));
-    if (!fresh && it->second <= d) return;
-    it->second = static_cast<uint32_t>(d);
+    if (has_dist(t) && sc.dist[t] <= d) return;
+    sc.dist[t] = static_cast<uint32_t>(d);
+    sc.dist_gen[t] = gen;
     bucket[d].push_back(t);
   };
   for (uint32_t d = 0; d <= horizon; ++d) {
     for (size_t k = 0; k < bucket[d].size(); ++k) {
       const int32_t g = bucket[d][k];
-      if (dist[g] != d) continue;  // a stale entry: reached closer later
+      if (sc.dist[g] != d) continue;  // a stale entry: reached closer later
       if (++near > kMaxHashedStates) return false;
       const int32_t u = a.unit_of[g];
       for (uint16_t c = 0; c < a.num_classes[u]; ++c) {
@@ -189,17 +209,20 @@ bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pai
   // 2. Canonical numbering by BFS over the near states in edge order; far targets are one
   //    marker, dead ones another. Specials are left out: tokens never contain them.
   constexpr uint32_t kFar = 0xFFFFFFFEu, kDeadT = 0xFFFFFFFFu;
-  std::unordered_map<int32_t, uint32_t> num;
   std::unordered_map<int32_t, uint32_t> unit_num;
   std::vector<int32_t> order{state};
-  num[state] = 0;
+  sc.num[state] = 0;
+  sc.num_gen[state] = gen;
   std::vector<uint32_t> buf;
   auto id = [&](int32_t g) -> uint32_t {
     if (g < 0) return kDeadT;
-    if (!dist.count(g)) return kFar;
-    auto [it, fresh] = num.try_emplace(g, static_cast<uint32_t>(order.size()));
-    if (fresh) order.push_back(g);
-    return it->second;
+    if (!has_dist(g)) return kFar;
+    if (sc.num_gen[g] != gen) {
+      sc.num_gen[g] = gen;
+      sc.num[g] = static_cast<uint32_t>(order.size());
+      order.push_back(g);
+    }
+    return sc.num[g];
   };
   for (size_t k = 0; k < order.size(); ++k) {
     const int32_t g = order[k];

@@ -8,6 +8,7 @@
 
 #include "ladle/grammar/matcher.h"
 #include "ladle/tokenizer/tokenizer.h"
+#include "mask_cache.h"
 #include "matcher_test_util.h"
 #include "reference_recognizer.h"
 #include "test_data.h"
@@ -132,6 +133,28 @@ TEST(Matcher, CodePointsAcrossTokenBoundaries) {
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok());
   RandomWalks(*g, 10, 12, 5);
+}
+
+// A counted repeat large enough to become its own unit: its states more than one token away
+// from the bound share mask entries (structural key over one token's reach), which must not
+// change any mask.
+TEST(Matcher, CountedRepeatMasksMatchBruteForce) {
+  GrammarBuilder b;
+  ExprId ch = b.Alt({b.ByteRange('a', 'c'), b.CodePoints({{0xE9, 0xE9}, {0x4E2D, 0x4E2D}})});
+  RuleId root = b.AddRule("root", b.Seq({b.Literal("\""), b.Repeat(ch, 0, 300), b.Literal("\""),
+                                         b.Optional(b.Seq({b.Literal(","), b.Repeat(ch, 2, 5)}))}));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok());
+  const auto before = GetSharedMaskCacheStats();
+  RandomWalks(*g, 6, 40, 6);
+  EXPECT_GT(GetSharedMaskCacheStats().hits, before.hits);
+  // A short bound the walks run into: states near it must not borrow far states' entries.
+  GrammarBuilder b2;
+  ExprId ch2 = b2.Alt({b2.ByteRange('a', 'c'), b2.CodePoints({{0xE9, 0xE9}, {0x4E2D, 0x4E2D}})});
+  RuleId root2 = b2.AddRule("root", b2.Seq({b2.Literal("\""), b2.Repeat(ch2, 0, 14), b2.Literal("\"")}));
+  auto g2 = b2.Build(root2);
+  ASSERT_TRUE(g2.ok());
+  RandomWalks(*g2, 12, 20, 7);
 }
 
 TEST(Matcher, NonTokensAndSpecialsNeverMatchBytes) {
