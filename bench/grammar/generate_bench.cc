@@ -15,7 +15,7 @@
 //                  [--data-dir=DIR | --archive=PATH --unpack-dir=DIR] [--tokenizer=PATH]
 //                  [--subset=A,B] [--seed=N] [--temperature=T]
 //
-// max_tokens per request is max(--max-tokens, the grammar's shortest completion + 16), capped
+// max_tokens per request is max(--max-tokens, the grammar's shortest completion + 8), capped
 // at --max-tokens-cap: a schema whose shortest document is long still gets room to close, and
 // budget-aware completion (on by default) must close every document within it. The mask
 // adapter here is deliberately minimal (one matcher per request, n = 1); the server's own
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
   app.add_option("--schemas", schemas, "compiled schemas in the sample");
   app.add_option("--out", out_path, "JSONL output (one line per schema)");
   app.add_flag("--compare", compare, "also run the same requests unmasked and print the tokens/s ratio");
-  app.add_option("--max-tokens", max_tokens, "max_tokens per request (raised to shortest completion + 16)");
+  app.add_option("--max-tokens", max_tokens, "max_tokens per request (raised to shortest completion + 8)");
   app.add_option("--max-tokens-cap", max_tokens_cap, "upper bound of the raised max_tokens");
   app.add_option("--concurrency", concurrency, "engine batch (max running requests)");
   app.add_option("--compile-ms", compile_ms, "CompileOptions::max_compile_ms (wall clock)");
@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
       it.grammar = *cg;
       it.approximations = std::move(report.approximations);
       grammar::GrammarMatcher probe(it.grammar);
-      it.max_tokens = std::min(max_tokens_cap, std::max(max_tokens, probe.ShortestCompletionTokens() + 16));
+      it.max_tokens = std::min(max_tokens_cap, std::max(max_tokens, probe.ShortestCompletionTokens() + 8));
       chunk[k] = std::move(it);
     });
     for (size_t k = 0; k < n && items.size() < schemas; ++k) {

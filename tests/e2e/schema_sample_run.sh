@@ -8,7 +8,7 @@
 # our compiler reported as approximated, and schemas ajv cannot compile, are counted and
 # printed separately.
 #
-#   schema_sample_run.sh <generate_bench binary> [schemas (default 500)] [max tokens (default 48)]
+#   schema_sample_run.sh <generate_bench binary> [schemas (default 500)] [max tokens (default 32)]
 #
 # Environment: LADLE_SHARED / LADLE_CACHE / LADLE_TOKENIZER as everywhere;
 # LADLE_SCHEMA_SAMPLE_OUT=FILE keeps the JSONL. Exits 77 (skipped) when node/npm, the
@@ -18,7 +18,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 gen="$1"
 schemas="${2:-500}"
-max_tokens="${3:-48}"
+max_tokens="${3:-32}"
 
 skip_or_fail() {
   echo "schema_sample: $1" >&2
