@@ -105,6 +105,7 @@ struct GrammarMatcher::Impl {
   std::deque<Snapshot> history;
   std::optional<uint32_t> remaining;
   bool forced = false;
+  size_t compact_at = kCompactNodes;
   // Scratch.
   std::vector<StackSet> levels;
   std::vector<int32_t> states;
@@ -112,6 +113,7 @@ struct GrammarMatcher::Impl {
 
   void ResetState() {
     arena.Clear();
+    compact_at = kCompactNodes;
     history.clear();
     terminated = false;
     forced = false;
@@ -151,7 +153,11 @@ struct GrammarMatcher::Impl {
     }
     cur = std::move(next);
     terminated = term;
-    if (arena.size() > kCompactNodes) Compact();
+    if (arena.size() > compact_at) {
+      Compact();
+      // Deep live stacks stay: compact again only once garbage could double the arena.
+      compact_at = std::max(kCompactNodes, 2 * arena.size());
+    }
   }
 
   // Re-interns the live stacks into a fresh arena.

@@ -102,5 +102,30 @@ TEST(Rollback, RejectedTokensLeaveNoTrace) {
   EXPECT_FALSE(m.Rollback(1).ok());
 }
 
+// A stack deep enough to pass the arena's compaction threshold (2^20 nodes): the live stacks
+// and the rollback history survive compaction unchanged.
+TEST(Rollback, SurvivesArenaCompaction) {
+  GrammarBuilder b;
+  RuleId r = b.DeclareRule("root");
+  b.DefineRule(r, b.Alt({b.Seq({b.Literal("("), b.Ref(r), b.Literal(")")}), b.Literal("x")}));
+  auto cg = CompiledGrammar::Compile(*b.Build(r), testing::SmallVocab());
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher m(*cg);
+  const size_t depth = 400000;
+  for (size_t i = 0; i < depth; ++i) ASSERT_TRUE(m.AcceptToken(4));  // "("
+  Observed open = Observe(m);
+  ASSERT_TRUE(m.AcceptToken(3));  // "x"
+  ASSERT_TRUE(m.AcceptToken(5));  // ")"
+  ASSERT_TRUE(m.Rollback(2).ok());
+  EXPECT_EQ(Observe(m), open);
+  EXPECT_EQ(m.ShortestCompletionTokens(), depth + 1);
+  ASSERT_TRUE(m.AcceptToken(3));
+  ASSERT_TRUE(m.AcceptString(std::string(depth - 1, ')')));
+  EXPECT_FALSE(m.CanTerminate());
+  ASSERT_TRUE(m.AcceptToken(5));
+  EXPECT_TRUE(m.CanTerminate());
+  EXPECT_FALSE(m.AcceptToken(5));
+}
+
 }  // namespace
 }  // namespace ladle::grammar
