@@ -94,6 +94,8 @@ class Compiler {
   std::set<std::pair<std::string, std::string>> reported_;
   std::map<std::vector<std::string>, ExprId> key_cache_;
   std::map<std::pair<uint32_t, uint32_t>, ExprId> length_rules_;
+  std::map<std::pair<bool, std::vector<uint32_t>>, ExprId> diverge_rules_;
+  ExprId key_tail_ = -1;
 };
 
 }  // namespace ladle::grammar::schema_internal

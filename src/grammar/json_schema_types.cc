@@ -482,7 +482,8 @@ ExprId Compiler::KeyNotIn(const std::vector<std::string>& names) {
     trie[cur].terminal = true;
   }
   ExprId quote = b_.Literal("\"");
-  ExprId tail = b_.Seq({b_.Star(lex_.StringChar()), quote});
+  if (key_tail_ < 0) key_tail_ = b_.Seq({b_.Star(lex_.StringChar()), quote});
+  ExprId tail = key_tail_;
   auto gen = [&](auto&& self, size_t node) -> ExprId {
     const Node& nd = trie[node];
     std::vector<ExprId> alts;
@@ -492,27 +493,36 @@ ExprId Compiler::KeyNotIn(const std::vector<std::string>& names) {
       AppendUtf8(cp, &u);
       alts.push_back(b_.Seq({b_.Literal(u), self(self, child)}));
     }
-    ExprId other;
-    if (nd.in_escape) {
-      ByteSet simple;
-      for (char c : std::string_view("\"\\/bfnrt")) {
-        if (!nd.kids.count(static_cast<uint8_t>(c))) simple.Set(static_cast<uint8_t>(c));
-      }
-      other = b_.Alt({b_.Bytes(simple), b_.Seq({b_.Literal("u"), lex_.UnicodeEscapeBody()})});
-    } else {
-      std::vector<CodeRange> plain{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}, rest;
-      for (CodeRange r : plain) {
-        uint32_t lo = r.lo;
-        for (auto& [cp, child] : nd.kids) {
-          if (cp < lo || cp > r.hi) continue;
-          if (cp > lo) rest.push_back({lo, cp - 1});
-          lo = cp + 1;
+    // The rest of a key that left the trie here: one shared rule per excluded set (mostly a
+    // single character), so tries of many objects reuse the same few rules.
+    std::vector<uint32_t> excluded;
+    for (auto& [cp, child] : nd.kids) excluded.push_back(cp);
+    auto cache_key = std::make_pair(nd.in_escape, excluded);
+    auto it = diverge_rules_.find(cache_key);
+    if (it == diverge_rules_.end()) {
+      ExprId other;
+      if (nd.in_escape) {
+        ByteSet simple;
+        for (char c : std::string_view("\"\\/bfnrt")) {
+          if (!nd.kids.count(static_cast<uint8_t>(c))) simple.Set(static_cast<uint8_t>(c));
         }
-        if (lo <= r.hi) rest.push_back({lo, r.hi});
+        other = b_.Alt({b_.Bytes(simple), b_.Seq({b_.Literal("u"), lex_.UnicodeEscapeBody()})});
+      } else {
+        std::vector<CodeRange> plain{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}, rest;
+        for (CodeRange r : plain) {
+          uint32_t lo = r.lo;
+          for (uint32_t cp : excluded) {
+            if (cp < lo || cp > r.hi) continue;
+            if (cp > lo) rest.push_back({lo, cp - 1});
+            lo = cp + 1;
+          }
+          if (lo <= r.hi) rest.push_back({lo, r.hi});
+        }
+        other = b_.Alt({b_.CodePoints(rest), nd.kids.count('\\') ? b_.Nothing() : lex_.Escape()});
       }
-      other = b_.Alt({b_.CodePoints(rest), nd.kids.count('\\') ? b_.Nothing() : lex_.Escape()});
+      it = diverge_rules_.emplace(cache_key, b_.Ref(b_.AddRule("key_rest", b_.Seq({other, tail})))).first;
     }
-    alts.push_back(b_.Seq({other, tail}));
+    alts.push_back(it->second);
     return b_.Alt(std::move(alts));
   };
   ExprId key = b_.Ref(b_.AddRule("unlisted_key", b_.Seq({quote, gen(gen, 0)})));

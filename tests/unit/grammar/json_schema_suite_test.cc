@@ -460,13 +460,17 @@ TEST(JsonSchemaSuite, DISABLED_MaskBench) {
 // Exploration: LADLE_SCHEMA='{...}' prints the IR size and the runtime compile time of one schema.
 TEST(JsonSchemaSuite, DISABLED_CompileOne) {
   const char* text = std::getenv("LADLE_SCHEMA");
-  if (!text) GTEST_SKIP() << "set LADLE_SCHEMA";
+  const char* file = std::getenv("LADLE_SCHEMA_FILE");  // a MaskBench file: its "schema"
+  if (!text && !file) GTEST_SKIP() << "set LADLE_SCHEMA or LADLE_SCHEMA_FILE";
   Runtime* rt = LoadRuntime();
   ASSERT_TRUE(rt->vocab);
-  auto schema = json::Parse(text);
+  auto schema = json::Parse(text ? std::string(text) : ReadFile(file));
   ASSERT_TRUE(schema.ok());
+  if (file) schema = *schema->Find("schema");
   CompileReport report;
-  auto g = JsonSchemaGrammar(*schema, {.whitespace = JsonSchemaOptions::Whitespace::kCompact}, &report);
+  JsonSchemaOptions opts{.whitespace = JsonSchemaOptions::Whitespace::kCompact};
+  opts.allow_unlisted_properties = !std::getenv("LADLE_SCHEMA_NO_UNLISTED");
+  auto g = JsonSchemaGrammar(*schema, opts, &report);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   auto t0 = std::chrono::steady_clock::now();
   auto cg = CompiledGrammar::Compile(*g, rt->vocab);
