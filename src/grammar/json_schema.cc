@@ -490,6 +490,19 @@ void Compiler::CheckOneOf(const std::vector<std::vector<Value>>& branches, const
     if (disjoint_enums(a.Find("enum"), b.Find("enum"))) return true;
     const Value* pa = a.Find("properties");
     const Value* pb = b.Find("properties");
+    // An object needing a key that the other side forbids (closed, not listed there).
+    auto closed_without = [&](const Value& x, const Value& y) {
+      const Value* add = y.Find("additionalProperties");
+      const Value* req = x.Find("required");
+      if (!add || !add->is_bool() || add->as_bool() || y.Find("patternProperties") || !req || !req->is_array()) return false;
+      if ((mask(x) & ~kObject) || (mask(y) & ~kObject)) return false;
+      const Value* yp = y.Find("properties");
+      for (const Value& n : req->as_array()) {
+        if (n.is_string() && !(yp && yp->is_object() && yp->Find(n.as_string()))) return true;
+      }
+      return false;
+    };
+    if (closed_without(a, b) || closed_without(b, a)) return true;
     if (!pa || !pb || mask(a) != kObject || mask(b) != kObject || !pa->is_object() || !pb->is_object()) return false;
     for (const auto& [name, sa] : pa->as_object()) {
       const Value* sb = pb->Find(name);

@@ -181,6 +181,9 @@ TEST(JsonSchema, Combinators) {
          {R"({"k":"v"})", "{}"}, {R"({"k":1})"});
   Compiled disjoint = MustCompile(R"({"oneOf":[{"type":"string"},{"type":"integer"}]})");
   EXPECT_TRUE(disjoint.report.approximations.empty());
+  Compiled closed = MustCompile(R"({"oneOf":[{"type":"object","required":["a"],"additionalProperties":false,"properties":{"a":{}}},
+                                             {"type":"object","required":["b"],"properties":{"b":{}},"additionalProperties":false}]})");
+  EXPECT_FALSE(HasApprox(closed.report, "/oneOf"));
   Compiled overlap = MustCompile(R"({"oneOf":[{"type":"string"},{"minLength":2}]})");
   EXPECT_TRUE(HasApprox(overlap.report, "/oneOf"));
 }
