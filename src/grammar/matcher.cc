@@ -41,12 +41,14 @@ void MergeRanges(std::vector<PosRange>& r) {
 CompiledGrammar::CompiledGrammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CompiledGrammar::~CompiledGrammar() = default;
 
-std::shared_ptr<const CompiledGrammar> FinishCompiled(std::unique_ptr<CompiledGrammar::Impl> impl, bool eager) {
+std::shared_ptr<const CompiledGrammar> FinishCompiled(std::unique_ptr<CompiledGrammar::Impl> impl, bool eager,
+                                                      std::chrono::steady_clock::time_point eager_until) {
   impl->cache = std::make_unique<MaskCache>(impl->automaton.num_states());
   auto cg = std::make_shared<const CompiledGrammar>(std::move(impl));
   if (eager) {
     const Automaton& a = cg->impl().automaton;
     for (size_t g = 0; g < a.num_states(); ++g) {
+      if (std::chrono::steady_clock::now() > eager_until) break;
       if (a.HasBytes(static_cast<int32_t>(g))) {
         cg->impl().cache->Get(a, cg->vocab().impl(), static_cast<int32_t>(g));
       }
@@ -71,7 +73,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
   LADLE_ASSIGN_OR_RETURN(impl->automaton, BuildAutomaton(grammar, opts, deadline));
   impl->grammar = grammar;
   impl->vocab = std::move(vocab);
-  return FinishCompiled(std::move(impl), opts.eager_mask_cache);
+  return FinishCompiled(std::move(impl), opts.eager_mask_cache, deadline);
 }
 
 const TokenVocabulary& CompiledGrammar::vocab() const { return *impl_->vocab; }

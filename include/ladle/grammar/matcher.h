@@ -73,8 +73,9 @@ struct CompileOptions {
   // ("grammar compile exceeded 2000 ms" / "... 512 MiB"), never a hang.
   uint32_t max_compile_ms = 2000;
   size_t max_memory_bytes = 512ull << 20;
-  // Precompute the accepted/rejected/uncertain split for every reachable state at compile
-  // time (slower compile, flat mask latency) instead of on first use.
+  // Precompute the accepted/rejected/uncertain split for every state at compile time
+  // (slower compile, flat mask latency) instead of on first use. Stops at max_compile_ms;
+  // the states left over are classified lazily (not an error).
   bool eager_mask_cache = false;
 };
 
