@@ -427,7 +427,16 @@ Result<std::vector<Value>> Compiler::Expand(const Value& s0, const std::string& 
     if (std::string_view(k) == "allOf") {
       for (auto& br : branches) parts.push_back(std::move(br));
     } else {
-      if (std::string_view(k) == "oneOf") CheckOneOf(branches, path + "/oneOf");
+      if (std::string_view(k) == "oneOf") {
+        // The sibling `type` narrows what both branches see.
+        unsigned base_mask = kAllTypes;
+        if (const Value* t = base.Find("type"); t && t->is_array()) {
+          base_mask = 0;
+          for (const Value& x : t->as_array()) base_mask |= TypeMask(x.as_string());
+          if (base_mask & (kInt | kFrac)) base_mask |= kInt | kFrac;
+        }
+        CheckOneOf(branches, path + "/oneOf", base_mask);
+      }
       std::vector<Value> any;
       for (auto& br : branches) any.insert(any.end(), br.begin(), br.end());
       parts.push_back(std::move(any));
@@ -452,9 +461,9 @@ Result<std::vector<Value>> Compiler::Expand(const Value& s0, const std::string& 
 
 // oneOf = anyOf when no instance can match two branches. Proven here only for branches of
 // disjoint types, disjoint enums, or objects with a required discriminator of disjoint values.
-void Compiler::CheckOneOf(const std::vector<std::vector<Value>>& branches, const std::string& path) {
-  auto mask = [](const Value& f) {
-    unsigned m = kAllTypes;
+void Compiler::CheckOneOf(const std::vector<std::vector<Value>>& branches, const std::string& path, unsigned base_mask) {
+  auto mask = [base_mask](const Value& f) {
+    unsigned m = base_mask;
     if (const Value* t = f.Find("type")) {
       m = 0;
       for (const Value& x : t->as_array()) m |= TypeMask(x.as_string());
@@ -558,7 +567,7 @@ Result<ExprId> Compiler::Compile(const Value& s, const std::string& path, int de
         LADLE_ASSIGN_OR_RETURN(auto alts, Expand(list[i], fmt::format("{}/oneOf/{}", path, i), 0));
         branches.push_back(std::move(alts));
       }
-      CheckOneOf(branches, path + "/oneOf");
+      CheckOneOf(branches, path + "/oneOf", kAllTypes);
     }
     std::vector<ExprId> alts;
     for (size_t i = 0; i < list.size(); ++i) {

@@ -64,7 +64,7 @@ class Compiler {
   Result<const Value*> Resolve(const std::string& ref, const std::string& path);
   Result<ExprId> RefRule(const Value& s, const std::string& path, int depth);
   Result<std::vector<Value>> Expand(const Value& s, const std::string& path, int ref_chain);
-  void CheckOneOf(const std::vector<std::vector<Value>>& branches, const std::string& path);
+  void CheckOneOf(const std::vector<std::vector<Value>>& branches, const std::string& path, unsigned base_mask);
   Result<ExprId> CompileFlat(const Value& s, const std::string& path, int depth);
   Result<ExprId> Literal(const Value& v, int depth);
   ExprId NumberLiteral(std::string_view text);

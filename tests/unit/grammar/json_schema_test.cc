@@ -184,6 +184,9 @@ TEST(JsonSchema, Combinators) {
   Compiled closed = MustCompile(R"({"oneOf":[{"type":"object","required":["a"],"additionalProperties":false,"properties":{"a":{}}},
                                              {"type":"object","required":["b"],"properties":{"b":{}},"additionalProperties":false}]})");
   EXPECT_FALSE(HasApprox(closed.report, "/oneOf"));
+  Compiled tagged = MustCompile(R"({"type":"object","oneOf":[{"properties":{"t":{"enum":["a"]}},"required":["t"]},
+                                                             {"properties":{"t":{"const":"b"}},"required":["t"]}]})");
+  EXPECT_FALSE(HasApprox(tagged.report, "/oneOf"));
   Compiled overlap = MustCompile(R"({"oneOf":[{"type":"string"},{"minLength":2}]})");
   EXPECT_TRUE(HasApprox(overlap.report, "/oneOf"));
 }
