@@ -282,6 +282,28 @@ inline Parsed Parse(ModelVersion v, bool thinking, const std::vector<tokenizer::
 // ---------------------------------------------------------------------------------------------
 // A small JSON Schema validator for the keywords the test tools use.
 
+// JSON Schema equality: numbers by value (1 == 1.0), containers element-wise.
+inline bool JsonEqual(const json::Value& a, const json::Value& b) {
+  if (a.is_number() && b.is_number()) return a.as_double() == b.as_double();
+  if (a.type() != b.type()) return false;
+  if (a.is_array()) {
+    if (a.as_array().size() != b.as_array().size()) return false;
+    for (size_t i = 0; i < a.as_array().size(); ++i) {
+      if (!JsonEqual(a.as_array()[i], b.as_array()[i])) return false;
+    }
+    return true;
+  }
+  if (a.is_object()) {
+    if (a.as_object().size() != b.as_object().size()) return false;
+    for (const auto& [k, x] : a.as_object()) {
+      const json::Value* y = b.Find(k);
+      if (y == nullptr || !JsonEqual(x, *y)) return false;
+    }
+    return true;
+  }
+  return json::Dump(a) == json::Dump(b);
+}
+
 inline bool Validate(const json::Value& v, const json::Value& s, const std::string& at, std::string* why) {
   if (s.is_bool()) {
     if (!s.as_bool()) *why = at + ": false schema";
@@ -291,10 +313,10 @@ inline bool Validate(const json::Value& v, const json::Value& s, const std::stri
     *why = at + ": " + m + " (" + json::Dump(v) + ")";
     return false;
   };
-  if (const json::Value* c = s.Find("const"); c && json::Dump(*c) != json::Dump(v)) return fail("not const");
+  if (const json::Value* c = s.Find("const"); c && !JsonEqual(*c, v)) return fail("not const");
   if (const json::Value* e = s.Find("enum")) {
     const auto& a = e->as_array();
-    if (std::none_of(a.begin(), a.end(), [&](const json::Value& x) { return json::Dump(x) == json::Dump(v); })) {
+    if (std::none_of(a.begin(), a.end(), [&](const json::Value& x) { return JsonEqual(x, v); })) {
       return fail("not in enum");
     }
   }
