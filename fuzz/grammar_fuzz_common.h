@@ -98,7 +98,7 @@ inline void CheckGrammar(const char* target, const Grammar& g, uint64_t seed) {
   auto pick = [&](size_t n) { return static_cast<size_t>(std::uniform_int_distribution<uint64_t>(0, n - 1)(rng)); };
 
   CompileOptions copts;
-  copts.max_compile_ms = 300;
+  copts.max_compile_ms = 100;
   copts.max_memory_bytes = 64ull << 20;
   static const bool skip_mask = std::getenv("LADLE_FUZZ_SKIP_MASK") != nullptr;
   static const bool skip_matcher = std::getenv("LADLE_FUZZ_SKIP_MATCHER") != nullptr;
