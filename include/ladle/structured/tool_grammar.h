@@ -12,6 +12,9 @@
 //           </｜DSML｜invoke>(\n<｜DSML｜invoke …)*\n</｜DSML｜function_calls> EOS
 //   V4      as V3.2 with tool_calls, and ｜DSML｜ is control token 128825
 //
+// EOS ends every turn; it is not spelled in the IR: the grammar ends where the turn does, and
+// the matcher then allows only EOS (matcher.h).
+//
 // Every marker that is a control token of the version (the V3 markers 128806–128814, </think>
 // from V3.1 on, ｜DSML｜ in V4) is a kSpecialToken terminal, so it can only be produced as that
 // id; V3.2's ｜DSML｜ and R1's </think> are text. ARGS (V3/V3.1) are a JSON object following the
@@ -64,12 +67,12 @@ struct ToolCallTrigger {
   // "tool_calls>" or a bare "invoke name=" follows). Unset when the opener is text (V3.2).
   std::optional<uint32_t> token_id;
   // V3.2: the opener's bytes ("<｜DSML｜function_calls>", or a bare "<｜DSML｜invoke name=\""),
-  // matched on the decoded output; the
-  // bytes of the token that completed the match past its end are the start of `after` (feed
-  // them with GrammarMatcher::AcceptString). With a token trigger: the text the format puts
-  // right before the token ("<" in V4, "" otherwise) — already free output, not enforced.
+  // matched on the decoded output; the bytes of the token that completed the match past its
+  // end are the start of `after` (feed them with GrammarMatcher::AcceptString). With a token
+  // trigger: the text the format puts right before the token ("<" in V4, "" otherwise) —
+  // already free output, not enforced.
   std::string text;
-  // What follows the trigger, up to and including EOS.
+  // What follows the trigger, to the end of the turn.
   grammar::Grammar after;
 };
 
