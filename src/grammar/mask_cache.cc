@@ -66,8 +66,11 @@ class SetDfa {
   bool Barrier(int32_t set) const { return sets_[set].barrier; }
   int32_t Step(int32_t set, uint8_t b) {
     if (static_cast<size_t>(set) < memo_rows_) {
-      int32_t& t = trans_[static_cast<size_t>(set) * 256 + b];
-      if (t == kUnknown) t = Compute(set, b);
+      const size_t slot = static_cast<size_t>(set) * 256 + b;
+      if (trans_[slot] != kUnknown) return trans_[slot];
+      // Compute() may grow trans_ (Intern), so no reference into it may live across the call.
+      const int32_t t = Compute(set, b);
+      trans_[slot] = t;
       return t;
     }
     return Compute(set, b);
