@@ -150,6 +150,30 @@ Result<Value> Canonical(const Value& s, const std::string& path) {
   } else {
     erase("additionalItems");  // meaningless without the array form of items
   }
+  // dependentRequired / dependentSchemas / dependencies: "a present ⇒ X" is
+  // anyOf[a absent, a present ∧ X] — exact, at the price of alternatives.
+  for (const char* k : {"dependentRequired", "dependentSchemas", "dependencies"}) {
+    const Value* d = c.Find(k);
+    if (!d) continue;
+    if (!d->is_object()) return InvalidArgument(fmt::format("{}/{}: must be an object", path, k));
+    Value all = c.Find("allOf") ? *c.Find("allOf") : Value::MakeArray();
+    if (!all.is_array()) return InvalidArgument(fmt::format("{}/allOf: must be an array", path));
+    for (const auto& [name, dep] : d->as_object()) {
+      Value absent = Value::MakeObject({{"properties", Value::MakeObject({{name, Value::Bool(false)}})}});
+      Value present;
+      if (dep.is_array()) {
+        // Dependents first, then the trigger: the order unlisted required keys are generated in.
+        Value req = dep;
+        req.as_array().push_back(Value::String(name));
+        present = Value::MakeObject({{"required", std::move(req)}});
+      } else {
+        present = Value::MakeObject({{"allOf", Value::MakeArray({Value::MakeObject({{"required", Value::MakeArray({Value::String(name)})}}), dep})}});
+      }
+      all.as_array().push_back(Value::MakeObject({{"anyOf", Value::MakeArray({std::move(absent), std::move(present)})}}));
+    }
+    erase(k);
+    c.Set("allOf", std::move(all));
+  }
   // `not`: the forms that are combinators in disguise become them; {type}/{enum} stay for
   // CompileFlat; anything else stays and is an error there.
   if (const Value* n = c.Find("not")) {

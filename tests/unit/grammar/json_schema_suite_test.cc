@@ -64,6 +64,15 @@ void CollectKeyRanks(const json::Value& v, std::string_view keyword, std::map<st
         if (name.is_string()) ranks->emplace(name.as_string(), ranks->size());
       }
     }
+    if (keyword == "required" && (k == "dependentRequired" || k == "dependencies") && x.is_object()) {
+      for (const auto& [name, deps] : x.as_object()) {  // the compiler's order: dependents, then the trigger
+        if (!deps.is_array()) continue;
+        for (const auto& d : deps.as_array()) {
+          if (d.is_string()) ranks->emplace(d.as_string(), ranks->size());
+        }
+        ranks->emplace(name, ranks->size());
+      }
+    }
     if (k != "enum" && k != "const" && k != "default" && k != "examples") CollectKeyRanks(x, keyword, ranks);
   }
 }
@@ -158,6 +167,16 @@ json::Value GuidedReorder(const json::Value& v, const json::Value& root, const j
       } else if (p && p->is_array()) {
         for (const auto& name : p->as_array()) {
           if (name.is_string()) rank.emplace(name.as_string(), rank.size());
+        }
+      }
+      const json::Value* dr = std::string_view(kw) == "required" ? s->Find("dependentRequired") : nullptr;
+      if (dr && dr->is_object()) {
+        for (const auto& [name, deps] : dr->as_object()) {
+          if (!deps.is_array()) continue;
+          for (const auto& d : deps.as_array()) {
+            if (d.is_string()) rank.emplace(d.as_string(), rank.size());
+          }
+          rank.emplace(name, rank.size());
         }
       }
     }

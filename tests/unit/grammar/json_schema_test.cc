@@ -221,6 +221,13 @@ TEST(JsonSchema, Not) {
   Expect(R"({"not":{}})", {}, {"1", "null"});
 }
 
+TEST(JsonSchema, Dependencies) {
+  Expect(R"({"properties":{"a":{},"b":{}},"dependentRequired":{"a":["b"]}})", {R"({})", R"({"b":1})", R"({"a":1,"b":2})"},
+         {R"({"a":1})"});
+  Expect(R"({"properties":{"a":{},"b":{}},"dependencies":{"a":{"properties":{"b":{"type":"integer"}}}}})",
+         {R"({"b":"x"})", R"({"a":1,"b":2})", R"({"a":1})"}, {R"({"a":1,"b":"x"})"});
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreErrorsWithPaths) {
   Status s = CompileError(R"({"properties":{"a":{"not":{"minimum":3}}}})");
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
