@@ -2,10 +2,78 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
 namespace ladle::engine {
+
+namespace {
+
+// exp(x) for x <= 0, in float, branch-free so the loop below vectorises (std::exp does not):
+// Cody-Waite range reduction x = k ln2 + r, |r| <= ln2/2, and a degree-6 polynomial for e^r
+// (relative error below 2e-7, i.e. about 1 ulp); arguments below -87 give 0.
+inline float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  // Round to nearest by the 1.5 * 2^23 trick (std::nearbyint would be a call, not an instruction).
+  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float q = 1.3981999507e-3f;
+  q = q * r + 8.3334519073e-3f;
+  q = q * r + 4.1665795894e-2f;
+  q = q * r + 1.6666665459e-1f;
+  q = q * r + 5.0000001201e-1f;
+  const float e = (q * r * r + r) + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return e * scale;
+}
+
+// w[i] = exp((l[i] - mx) * inv_t) (0 for -inf logits); returns the sum. The weight loop and
+// the 8-lane partial sums are written so the compiler vectorises them (no in-order float
+// reduction); blocks are added in double so 129K terms lose no precision that matters.
+constexpr size_t kBlock = 1024;
+
+double ExpWeights(const float* l, size_t n, float mx, float inv_t, float* w,
+                  std::vector<double>* block_sums = nullptr) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) {
+    // Arithmetic instead of a select keeps the loop free of control flow (so it vectorises).
+    w[i] = ExpNonPositive((l[i] - mx) * inv_t) * static_cast<float>(l[i] != kNegInf);
+  }
+  double total = 0;
+  if (block_sums) block_sums->clear();
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t e = std::min(n, b + kBlock);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = b;
+    for (; i + 8 <= e; i += 8)
+      for (size_t j = 0; j < 8; ++j) acc[j] += w[i + j];
+    for (; i < e; ++i) acc[0] += w[i];
+    double part = 0;
+    for (float a : acc) part += a;
+    if (block_sums) block_sums->push_back(part);
+    total += part;
+  }
+  return total;
+}
+
+// max over l[0..n), -inf for an empty or fully masked row; 8 lanes so it vectorises.
+float RowMax(const float* l, size_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float m[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (size_t j = 0; j < 8; ++j) m[j] = l[i + j] > m[j] ? l[i + j] : m[j];
+  float mx = kNegInf;
+  for (; i < n; ++i) mx = l[i] > mx ? l[i] : mx;
+  for (float v : m) mx = v > mx ? v : mx;
+  return mx;
+}
+
+}  // namespace
 
 double SamplerState::NextUniform() {
   // splitmix64: tiny, fast, and the same sequence everywhere (std distributions are not).
@@ -22,8 +90,14 @@ Sampled SampleToken(std::span<float> logits, const SamplingParams& p, SamplerSta
   const size_t n = std::min(logits.size(), valid_vocab);
   for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;
   if (mask) {
-    for (size_t i = 0; i < n; ++i)
-      if (!((mask[i >> 6] >> (i & 63)) & 1)) logits[i] = kNegInf;
+    // Word at a time: grammar masks are mostly runs of all-allowed or all-banned words.
+    for (size_t w = 0; w * 64 < n; ++w) {
+      const uint64_t bits = mask[w];
+      const size_t end = std::min(n, w * 64 + 64);
+      if (bits == ~uint64_t{0} && end == w * 64 + 64) continue;
+      for (size_t i = w * 64; i < end; ++i)
+        if (!((bits >> (i & 63)) & 1)) logits[i] = kNegInf;
+    }
   }
   // OpenAI-style penalties over the tokens generated so far.
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
@@ -34,10 +108,9 @@ Sampled SampleToken(std::span<float> logits, const SamplingParams& p, SamplerSta
   }
 
   // Log-softmax at temperature 1 (for logprobs, and the greedy/top-k ranking).
-  float mx = kNegInf;
-  size_t argmax = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (logits[i] > mx) mx = logits[i], argmax = i;
+  const float mx = RowMax(logits.data(), n);
+  size_t argmax = 0;  // the first id holding the maximum (ties broken by id)
+  while (argmax + 1 < n && logits[argmax] != mx) ++argmax;
   Sampled out;
   if (mx == kNegInf) {
     // Everything masked: the mask provider allowed nothing. There is no right answer; return
@@ -46,13 +119,35 @@ Sampled SampleToken(std::span<float> logits, const SamplingParams& p, SamplerSta
     out.logprob = kNegInf;
     return out;
   }
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (logits[i] != kNegInf) sum += std::exp(static_cast<double>(logits[i] - mx));
-  const float log_z = mx + static_cast<float>(std::log(sum));
+  // Logprobs need log Z at temperature 1; computed only when asked for (or reused from the
+  // plain-temperature pass below when that ran at temperature 1).
+  const bool want_logprob = p.top_logprobs >= 0;
+  double log_z_sum = -1.0;  // sum of exp(l - mx), when known
 
   TokenId chosen = static_cast<TokenId>(argmax);
-  if (p.temperature > 0.0f) {
+  const bool plain = p.temperature > 0.0f && p.top_k <= 0 && p.top_p >= 1.0f && p.min_p <= 0.0f;
+  if (plain) {
+    // The common case (temperature only): one vectorised pass of weights over the whole row,
+    // no candidate list, no sort. Masked ids have logit -inf and weight exactly 0.
+    thread_local std::vector<float> w;
+    w.resize(n);
+    thread_local std::vector<double> blocks;
+    const double mass = ExpWeights(logits.data(), n, mx, 1.0f / p.temperature, w.data(), &blocks);
+    if (p.temperature == 1.0f) log_z_sum = mass;
+    double r = state->NextUniform() * mass;
+    size_t pick = argmax;  // rounding can leave r >= 0 after the last weight: keep the mode
+    // Skip whole blocks by their sums, then scan inside the block the draw falls in.
+    size_t b = 0;
+    while (b + 1 < blocks.size() && r >= blocks[b]) r -= blocks[b++];
+    for (size_t i = b * kBlock, e = std::min(n, i + kBlock); i < e; ++i) {
+      r -= w[i];
+      if (r < 0) {
+        pick = i;
+        break;
+      }
+    }
+    chosen = static_cast<TokenId>(pick);
+  } else if (p.temperature > 0.0f) {
     // Candidates: every unmasked id; ties are broken by id so the order is deterministic.
     std::vector<uint32_t> idx;
     idx.reserve(n);
@@ -101,7 +196,16 @@ Sampled SampleToken(std::span<float> logits, const SamplingParams& p, SamplerSta
     chosen = idx[pick];
   }
   out.token = chosen;
-  out.logprob = logits[chosen] - log_z;
+  float log_z = 0.0f;
+  if (want_logprob) {
+    if (log_z_sum < 0) {
+      thread_local std::vector<float> w1;
+      w1.resize(n);
+      log_z_sum = ExpWeights(logits.data(), n, mx, 1.0f, w1.data());
+    }
+    log_z = mx + static_cast<float>(std::log(log_z_sum));
+    out.logprob = logits[chosen] - log_z;
+  }
   if (p.top_logprobs > 0) {
     std::vector<uint32_t> idx(n);
     std::iota(idx.begin(), idx.end(), 0u);
