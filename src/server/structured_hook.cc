@@ -64,7 +64,10 @@ bool PrepareConstraint(ServerImpl& server, const frontend::Request& req, bool en
   const frontend::Api api = req.api;
   server.grammar()->GetAsync(s, [api, s, mo, ready = std::move(ready)](const structured::CompileResult& r) {
     ConstraintOutcome o;
-    if (!r.ok()) {
+    if (!r.ok() && s.lazy) {
+      // tool_choice auto: the model may answer in text anyway; a tool set the call grammar
+      // cannot express leaves the turn unconstrained rather than failing the request.
+    } else if (!r.ok()) {
       o.error = CompileError(api, s, r.status());
     } else {
       o.mask = std::make_shared<structured::StructuredMaskProvider>(*r, mo);

@@ -127,7 +127,9 @@ struct CompileService::Impl {
 
   CompileResult Compile(const ConstraintSpec& spec) {
     std::vector<bool> tried(workers.size(), false);
-    while (true) {
+    // Lazy tool constraints are several grammars; the worker protocol ships one, so they
+    // compile here (they are small: the call syntax plus the tools' arguments).
+    while (!spec.lazy) {
       int w;
       std::string endpoint;
       {

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "ladle/json/json.h"
+#include "structured_internal.h"
 
 namespace ladle::structured {
 
@@ -87,6 +88,11 @@ bool StrictToolsAllowed(const frontend::Request& req) {
   return false;
 }
 
+bool AutoTools(const frontend::Request& req) {
+  const auto m = req.tool_choice.mode;
+  return !req.tools.empty() && (m == ToolChoice::Mode::kAuto || (m == ToolChoice::Mode::kAllowed && !req.tool_choice.allowed_required));
+}
+
 // Tools and choice as one canonical JSON object. Only what shapes the grammar goes in
 // (descriptions do not), so requests that differ in prose share a compiled grammar.
 json::Value ToolPayload(const frontend::Request& req) {
@@ -133,6 +139,7 @@ ConstraintKey KeyFor(const ConstraintSpec& spec, uint64_t vocab_fingerprint) {
   buf.push_back(static_cast<char>(spec.whitespace));
   buf.push_back(spec.allow_unlisted_properties ? 1 : 0);
   buf.push_back(spec.ends_in_thinking ? 1 : 0);
+  buf.push_back(spec.lazy ? 1 : 0);
   buf.append(reinterpret_cast<const char*>(&spec.max_whitespace), sizeof(spec.max_whitespace));
   buf.append(reinterpret_cast<const char*>(&vocab_fingerprint), sizeof(vocab_fingerprint));
   buf += spec.payload;
@@ -144,8 +151,10 @@ Result<std::optional<ConstraintSpec>> SpecFromRequest(const frontend::Request& r
                                                       bool ends_in_thinking) {
   ConstraintSpec spec;
   spec.version = version;
-  if (ForcesToolCall(req) || StrictToolsAllowed(req)) {
+  const bool lazy = AutoTools(req) && !StrictToolsAllowed(req);
+  if (ForcesToolCall(req) || StrictToolsAllowed(req) || (lazy && req.response_format.kind == ResponseFormat::Kind::kText)) {
     spec.kind = ConstraintKind::kToolCall;
+    spec.lazy = lazy;
     spec.payload = json::Dump(ToolPayload(req));
     spec.ends_in_thinking = ends_in_thinking;
     spec.param = "tools";
@@ -192,6 +201,7 @@ std::string SpecToJson(const ConstraintSpec& spec) {
   o.emplace_back("max_whitespace", json::Value::Int(spec.max_whitespace));
   o.emplace_back("allow_unlisted_properties", json::Value::Bool(spec.allow_unlisted_properties));
   o.emplace_back("ends_in_thinking", json::Value::Bool(spec.ends_in_thinking));
+  o.emplace_back("lazy", json::Value::Bool(spec.lazy));
   o.emplace_back("param", json::Value::String(spec.param));
   return json::Dump(json::Value::MakeObject(std::move(o)));
 }
@@ -221,6 +231,7 @@ Result<ConstraintSpec> SpecFromJson(std::string_view text) {
     spec.allow_unlisted_properties = f->as_bool();
   }
   if (const json::Value* f = v.Find("ends_in_thinking"); f && f->is_bool()) spec.ends_in_thinking = f->as_bool();
+  if (const json::Value* f = v.Find("lazy"); f && f->is_bool()) spec.lazy = f->as_bool();
   if (const json::Value* f = v.Find("param"); f && f->is_string()) spec.param = f->as_string();
   return spec;
 }
@@ -257,6 +268,9 @@ size_t CompiledConstraint::MemoryBytes() const {
   size_t n = sizeof(*this) + compiled_by.size();
   for (const auto& a : report.approximations) n += a.path.size() + a.what.size() + sizeof(a);
   if (grammar) n += grammar->MemoryBytes();
+  // A lazy constraint's `grammar` is triggers[0].after: counted once, below.
+  if (!triggers.empty()) n -= grammar->MemoryBytes();
+  for (const auto& t : triggers) n += sizeof(t) + t.text.size() + (t.after ? t.after->MemoryBytes() : 0);
   return n;
 }
 
@@ -267,6 +281,13 @@ Result<std::shared_ptr<const CompiledConstraint>> CompileLocally(const Constrain
   auto out = std::make_shared<CompiledConstraint>();
   out->kind = spec.kind;
   out->compiled_by = "local";
+  if (spec.lazy) {
+    LADLE_ASSIGN_OR_RETURN(out->triggers, CompileLazyTriggers(spec, vocab, opts, &out->report));
+    if (out->triggers.empty()) return InvalidArgument("no tool-call trigger for this version");
+    out->grammar = out->triggers.front().after;
+    out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return std::shared_ptr<const CompiledConstraint>(std::move(out));
+  }
   LADLE_ASSIGN_OR_RETURN(grammar::Grammar g, BuildGrammar(spec, &out->report));
   LADLE_ASSIGN_OR_RETURN(out->grammar, grammar::CompiledGrammar::Compile(g, std::move(vocab), opts));
   out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

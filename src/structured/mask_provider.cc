@@ -28,6 +28,7 @@ struct StructuredMaskProvider::Sample {
   explicit Sample(std::shared_ptr<const grammar::CompiledGrammar> g, const grammar::MatcherOptions& mo)
       : matcher(std::move(g), mo) {}
   grammar::GrammarMatcher matcher;
+  bool waiting_trigger = false;  // lazy: free until a tool-call trigger
   bool reasoning = false;
   uint32_t generated = 0;
   std::string tail;          // R1: the last output bytes, to find "</think>" across tokens
@@ -41,9 +42,14 @@ StructuredMaskProvider::StructuredMaskProvider(std::shared_ptr<const CompiledCon
   grammar::MatcherOptions mo;
   mo.budget_aware = opts_.budget_aware;
   mo.margin = opts_.margin;
+  matcher_opts_ = mo;
+  for (size_t k = 0; k < constraint_->triggers.size(); ++k) {
+    max_trigger_text_ = std::max(max_trigger_text_, constraint_->triggers[k].text.size());
+  }
   for (int i = 0; i < std::max(1, opts_.n); ++i) {
     auto s = std::make_unique<Sample>(constraint_->grammar, mo);
-    s->reasoning = opts_.starts_in_reasoning;
+    s->waiting_trigger = !constraint_->triggers.empty();
+    s->reasoning = opts_.starts_in_reasoning && !s->waiting_trigger;
     samples_.push_back(std::move(s));
   }
 }
@@ -63,13 +69,19 @@ bool StructuredMaskProvider::forced(int index) const {
 
 bool StructuredMaskProvider::constrained(int index) const {
   if (index < 0 || static_cast<size_t>(index) >= samples_.size()) return false;
-  return !samples_[static_cast<size_t>(index)]->reasoning;
+  const Sample& s = *samples_[static_cast<size_t>(index)];
+  return !s.reasoning && !s.waiting_trigger;
 }
 
 void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_size) {
   Sample& s = At(index);
   const size_t words = (vocab_size + 63) / 64;
   const uint32_t remaining = opts_.max_tokens > s.generated ? opts_.max_tokens - s.generated : 0;
+  if (s.waiting_trigger) {
+    std::fill(bits, bits + words, ~uint64_t{0});
+    if (vocab_size % 64) bits[words - 1] = (uint64_t{1} << (vocab_size % 64)) - 1;
+    return;
+  }
   if (s.reasoning) {
     const size_t left = opts_.trigger_tokens.size() - std::min(s.trigger_pos, opts_.trigger_tokens.size());
     // The marker, the shortest answer, EOS and the margin must still fit.
@@ -111,6 +123,10 @@ void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_si
 void StructuredMaskProvider::Accept(int index, engine::TokenId token) {
   Sample& s = At(index);
   ++s.generated;
+  if (s.waiting_trigger) {
+    WatchTriggers(s, token);
+    return;
+  }
   if (s.reasoning) {
     if (s.trigger_pos < opts_.trigger_tokens.size() && opts_.trigger_tokens[s.trigger_pos] == token) {
       ++s.trigger_pos;
@@ -145,6 +161,40 @@ void StructuredMaskProvider::Accept(int index, engine::TokenId token) {
     s.reported_reject = true;
     LADLE_LOG_WARN("grammar.token_rejected sample={} token={}", index, token);
   }
+}
+
+void StructuredMaskProvider::WatchTriggers(Sample& s, engine::TokenId token) {
+  const auto& triggers = constraint_->triggers;
+  for (const auto& t : triggers) {
+    if (t.token_id && *t.token_id == token) {
+      s.matcher = grammar::GrammarMatcher(t.after, matcher_opts_);
+      s.waiting_trigger = false;
+      s.tail.clear();
+      return;
+    }
+  }
+  if (max_trigger_text_ == 0) return;
+  s.tail += constraint_->grammar->vocab().TokenBytes(token);
+  // The earliest text trigger in the tail wins (a token may complete one and start another).
+  size_t best = std::string::npos;
+  const CompiledTrigger* hit = nullptr;
+  for (const auto& t : triggers) {
+    if (t.token_id || t.text.empty()) continue;
+    const size_t at = s.tail.find(t.text);
+    if (at != std::string::npos && at < best) best = at, hit = &t;
+  }
+  if (hit == nullptr) {
+    const size_t keep = max_trigger_text_ - 1;
+    if (s.tail.size() > keep) s.tail.erase(0, s.tail.size() - keep);
+    return;
+  }
+  s.matcher = grammar::GrammarMatcher(hit->after, matcher_opts_);
+  s.waiting_trigger = false;
+  const std::string_view rest = std::string_view(s.tail).substr(best + hit->text.size());
+  if (!rest.empty() && !s.matcher.AcceptString(rest)) {
+    LADLE_LOG_WARN("grammar.trigger_rest_rejected bytes={}", rest.size());
+  }
+  s.tail.clear();
 }
 
 }  // namespace ladle::structured

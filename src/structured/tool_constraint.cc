@@ -5,7 +5,9 @@
 
 namespace ladle::structured {
 
-Result<grammar::Grammar> BuildToolCallSpecGrammar(const ConstraintSpec& spec, grammar::CompileReport* report) {
+namespace {
+
+Result<ToolGrammar> Build(const ConstraintSpec& spec) {
   LADLE_ASSIGN_OR_RETURN(json::Value payload, json::Parse(spec.payload));
   const frontend::Request req = ToolRequestFromPayload(payload);
   ToolGrammarOptions opts;
@@ -13,7 +15,32 @@ Result<grammar::Grammar> BuildToolCallSpecGrammar(const ConstraintSpec& spec, gr
   opts.ends_in_thinking = spec.ends_in_thinking;
   opts.json.whitespace = spec.whitespace;
   opts.json.max_whitespace = spec.max_whitespace;
-  LADLE_ASSIGN_OR_RETURN(ToolGrammar tg, BuildToolCallGrammar(req, opts));
+  return BuildToolCallGrammar(req, opts);
+}
+
+}  // namespace
+
+Result<std::vector<CompiledTrigger>> CompileLazyTriggers(const ConstraintSpec& spec,
+                                                        std::shared_ptr<const grammar::TokenVocabulary> vocab,
+                                                        const grammar::CompileOptions& opts,
+                                                        grammar::CompileReport* report) {
+  LADLE_ASSIGN_OR_RETURN(ToolGrammar tg, Build(spec));
+  if (report) {
+    for (auto& a : tg.report.approximations) report->approximations.push_back(std::move(a));
+  }
+  std::vector<CompiledTrigger> out;
+  for (auto& t : tg.triggers) {
+    CompiledTrigger c;
+    c.token_id = t.token_id;
+    c.text = t.text;
+    LADLE_ASSIGN_OR_RETURN(c.after, grammar::CompiledGrammar::Compile(t.after, vocab, opts));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<grammar::Grammar> BuildToolCallSpecGrammar(const ConstraintSpec& spec, grammar::CompileReport* report) {
+  LADLE_ASSIGN_OR_RETURN(ToolGrammar tg, Build(spec));
   if (report) {
     for (auto& a : tg.report.approximations) report->approximations.push_back(std::move(a));
   }

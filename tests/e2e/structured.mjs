@@ -339,6 +339,17 @@ for (const [label, choice, names] of [
   });
 }
 
+await check('chat tool_choice auto: free text or a valid call (lazy trigger)', async () => {
+  const r = await oa.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'Weather in Rome?' }], max_tokens: 48, tools: chatTools,
+  });
+  const c = r.choices[0];
+  for (const call of c.message.tool_calls ?? []) {
+    validate(schemaOf[call.function.name], parseJson(call.function.arguments, 'arguments'), `${call.function.name} arguments`);
+  }
+  assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason), c.finish_reason);
+});
+
 // ---- The compile service ----
 await check('metrics: cache hits for repeated schemas, compiles by the worker, compile histogram', async () => {
   assert.ok((await metric('ladle_grammar_cache_hits_total')) >= 1);

@@ -48,6 +48,10 @@ struct ConstraintSpec {
   // kToolCall: the prompt ends with reasoning open; the tool grammar itself then starts with
   // free reasoning closed by </think> (other kinds use the mask provider's trigger instead).
   bool ends_in_thinking = false;
+  // kToolCall with tool_choice auto and no strict tool: output is free until the version's
+  // tool-call trigger appears, then the call syntax is enforced (CompiledConstraint::triggers).
+  // A lazy constraint that fails to compile leaves the request unconstrained, never 400.
+  bool lazy = false;
   // Where the constraint came from in the request ("response_format.json_schema.schema",
   // "text.format.schema", "tools[2].input_schema", ...): the `param` of a compile error.
   // Not part of the key.
@@ -86,9 +90,19 @@ inline bool UsesReasoningTrigger(const ConstraintSpec& spec) { return spec.kind 
 // The front-end step: spec → grammar IR, approximations reported in `report`.
 Result<grammar::Grammar> BuildGrammar(const ConstraintSpec& spec, grammar::CompileReport* report);
 
+// A lazy tool constraint's trigger (tool_grammar.h ToolCallTrigger, compiled).
+struct CompiledTrigger {
+  std::optional<uint32_t> token_id;  // the opener token, or
+  std::string text;                  // the opener's bytes (when token_id is unset)
+  std::shared_ptr<const grammar::CompiledGrammar> after;
+};
+
 // The result the cache holds and requests share.
 struct CompiledConstraint {
+  // The whole output's grammar; for a lazy constraint the first trigger's `after` (so it is
+  // never null and names the vocabulary).
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  std::vector<CompiledTrigger> triggers;  // non-empty exactly for lazy constraints
   grammar::CompileReport report;
   ConstraintKind kind = ConstraintKind::kJsonObject;
   double compile_ms = 0;   // front-end + automaton (or the worker's figure)

@@ -14,6 +14,11 @@
 // marker plus the margin, the mask forces the end-of-thinking marker, so the answer always
 // fits and closes. Either kind of narrowing counts as "forced" (forced()).
 //
+// Lazy tool calls (tool_choice auto, CompiledConstraint::triggers): the mask allows every
+// token until a trigger appears in the output (its token id, or its text across tokens),
+// then the matcher of that trigger's `after` grammar takes over, fed the rest of the token
+// that completed a text trigger. Nothing is forced before a trigger: auto may answer in text.
+//
 // Thread-safety: FillMask/Accept run on the engine's sampling thread; forced() may be read
 // from any thread.
 #pragma once
@@ -66,11 +71,14 @@ class StructuredMaskProvider : public engine::MaskProvider {
  private:
   struct Sample;
   Sample& At(int index);
+  void WatchTriggers(Sample& s, engine::TokenId token);
 
   std::shared_ptr<const CompiledConstraint> constraint_;
   MaskOptions opts_;
   std::vector<std::unique_ptr<Sample>> samples_;
   std::atomic<bool> forced_{false};
+  grammar::MatcherOptions matcher_opts_;
+  size_t max_trigger_text_ = 0;
 };
 
 }  // namespace ladle::structured

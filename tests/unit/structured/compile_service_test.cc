@@ -103,11 +103,18 @@ TEST(SpecFromRequest, KindsAndPrecedence) {
   req.tool_choice.mode = frontend::ToolChoice::Mode::kAuto;
   auto autos = SpecFromRequest(req, frontend::ModelVersion::kV32);
   ASSERT_TRUE(autos.ok() && autos->has_value());
-  EXPECT_EQ((*autos)->kind, ConstraintKind::kJsonSchema);  // auto, not strict: no tool constraint
+  EXPECT_EQ((*autos)->kind, ConstraintKind::kJsonSchema);  // auto, not strict: the format wins
+  frontend::Request text_auto = req;
+  text_auto.response_format = {};
+  auto lazy = SpecFromRequest(text_auto, frontend::ModelVersion::kV32);
+  ASSERT_TRUE(lazy.ok() && lazy->has_value());
+  EXPECT_EQ((*lazy)->kind, ConstraintKind::kToolCall);  // free until the tool-call trigger
+  EXPECT_TRUE((*lazy)->lazy);
   req.tool_choice.mode = frontend::ToolChoice::Mode::kRequired;
   auto forced = SpecFromRequest(req, frontend::ModelVersion::kV32, /*ends_in_thinking=*/true);
   ASSERT_TRUE(forced.ok() && forced->has_value());
   EXPECT_EQ((*forced)->kind, ConstraintKind::kToolCall);
+  EXPECT_FALSE((*forced)->lazy);
   EXPECT_TRUE((*forced)->ends_in_thinking);
   const frontend::Request back = ToolRequestFromPayload(*json::Parse((*forced)->payload));
   ASSERT_EQ(back.tools.size(), 1u);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ladle/frontend/model_version.h"
+#include "ladle/json/json.h"
 #include "ladle/grammar/matcher.h"
 #include "test_data.h"
 #include "test_vocab.h"
@@ -126,6 +127,36 @@ TEST_F(WorkerTest, ServiceUsesTheWorker) {
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ((*after)->compiled_by, "local");
   EXPECT_EQ(svc->stats().worker_failures, 1u);
+}
+
+}  // namespace
+}  // namespace ladle::structured
+
+namespace ladle::structured {
+namespace {
+
+TEST_F(WorkerTest, LazyToolConstraintCompilesWithTriggers) {
+  // tool_choice auto: compiled here (several grammars), one trigger per opener of V3.2.
+  frontend::Request req;
+  frontend::Tool t;
+  t.name = "lookup";
+  t.parameters = *json::Parse(R"({"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]})");
+  req.tools.push_back(t);
+  req.tool_choice.mode = frontend::ToolChoice::Mode::kAuto;
+  auto spec = SpecFromRequest(req, frontend::ModelVersion::kV32);
+  ASSERT_TRUE(spec.ok() && spec->has_value());
+  CompileServiceOptions o;
+  o.workers = {endpoint_};
+  auto svc = std::move(CompileService::Create(vocab_, o)).value();
+  auto r = svc->Get(**spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE((*r)->triggers.empty());
+  for (const auto& trig : (*r)->triggers) {
+    EXPECT_TRUE(trig.token_id || !trig.text.empty());
+    EXPECT_NE(trig.after, nullptr);
+  }
+  EXPECT_EQ(svc->stats().worker_compiles, 0u);
+  EXPECT_EQ(svc->stats().local_compiles, 1u);
 }
 
 }  // namespace

@@ -185,6 +185,57 @@ TEST(MaskProvider, BudgetNarrowsTheAnswerAndIsReported) {
   EXPECT_TRUE(p.forced());
 }
 
+std::shared_ptr<const CompiledConstraint> Lazy() {
+  auto vocab = testing_vocab::ByteVocabulary(kVocab);
+  auto g1 = grammar::RegexGrammar("[0-9]+");
+  auto g2 = grammar::RegexGrammar("x+");
+  EXPECT_TRUE(g1.ok() && g2.ok());
+  auto c = std::make_shared<CompiledConstraint>();
+  c->kind = ConstraintKind::kToolCall;
+  CompiledTrigger by_id;
+  by_id.token_id = kEndThink;  // any special token serves as the opener here
+  by_id.after = *grammar::CompiledGrammar::Compile(*g1, vocab);
+  CompiledTrigger by_text;
+  by_text.text = "CALL:";
+  by_text.after = *grammar::CompiledGrammar::Compile(*g2, vocab);
+  c->triggers = {by_id, by_text};
+  c->grammar = c->triggers[0].after;
+  return c;
+}
+
+TEST(MaskProvider, LazyTriggerByTokenId) {
+  MaskOptions o;
+  o.max_tokens = 100;
+  StructuredMaskProvider p(Lazy(), o);
+  EXPECT_FALSE(p.constrained(0));
+  for (char c : std::string("free text ")) {
+    EXPECT_EQ(Fill(p, 0).Count(), kVocab);
+    p.Accept(0, ByteToken(static_cast<unsigned char>(c)));
+  }
+  p.Accept(0, kEndThink);
+  EXPECT_TRUE(p.constrained(0));
+  Mask m = Fill(p, 0);
+  EXPECT_TRUE(m.Has(ByteToken('4')));
+  EXPECT_FALSE(m.Has(ByteToken('x')));
+  EXPECT_FALSE(m.Has(kEos));
+}
+
+TEST(MaskProvider, LazyTriggerByTextFeedsTheRest) {
+  MaskOptions o;
+  o.max_tokens = 100;
+  StructuredMaskProvider p(Lazy(), o);
+  for (char c : std::string("hello CALL")) p.Accept(0, ByteToken(static_cast<unsigned char>(c)));
+  EXPECT_FALSE(p.constrained(0));
+  p.Accept(0, ByteToken(':'));
+  EXPECT_TRUE(p.constrained(0));
+  Mask m = Fill(p, 0);
+  EXPECT_TRUE(m.Has(ByteToken('x')));
+  EXPECT_FALSE(m.Has(ByteToken('4')));
+  EXPECT_FALSE(m.Has(kEos));  // x+ needs one x
+  p.Accept(0, ByteToken('x'));
+  EXPECT_TRUE(Fill(p, 0).Has(kEos));
+}
+
 TEST(MaskProvider, OptionsForVersions) {
   // Only the token-id form is tested without the real tokenizer.
   auto v32 = frontend::SpecialTokensFor(frontend::ModelVersion::kV32);
