@@ -227,7 +227,7 @@ struct GrammarMatcher::Impl {
   void ApplyBudget(uint64_t* bits) {
     const uint32_t r = *remaining;
     const uint32_t shortest = sim.Shortest(cur);
-    if (shortest == kInfDist || static_cast<uint64_t>(r) > static_cast<uint64_t>(shortest) + opts.margin) return;
+    if (shortest == kInfDist || static_cast<uint64_t>(r) > static_cast<uint64_t>(shortest) + opts.margin + opts.lookahead) return;
     const uint32_t limit = r == 0 ? 0 : r - 1;
     // Post-token shortest completion for every allowed token.
     std::vector<std::pair<TokenId, uint32_t>> after;

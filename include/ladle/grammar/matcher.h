@@ -113,6 +113,11 @@ struct MatcherOptions {
   // to tokens on a shortest completion path so the output always closes validly.
   bool budget_aware = true;
   uint32_t margin = 4;
+  // One token can raise the shortest completion (e.g. `{"` entering an object with many
+  // required keys), so the exact per-token check starts this much earlier than `margin`:
+  // every token whose post-token shortest completion no longer fits is removed. Jumps larger
+  // than this in a single token are not caught (they are rare; raise it for such grammars).
+  uint32_t lookahead = 64;
 };
 
 class GrammarMatcher {

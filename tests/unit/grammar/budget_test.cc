@@ -115,6 +115,33 @@ TEST(Budget, OffUnlessRequested) {
   EXPECT_FALSE((b['{' - 0x20 >> 6] >> (('{' - 0x20) & 63)) & 1);
 }
 
+// One token can raise the shortest completion far past the margin: `{"` commits to an object
+// with a 30-byte required key while "x" completes at once. With 20 tokens left the `{"` token
+// must already be gone, although 20 is well above shortest (1) + margin.
+TEST(Budget, SingleTokenJumpIsCaughtBeforeTheMargin) {
+  TokenId eos;
+  auto v = ByteVocab(&eos);
+  GrammarBuilder b;
+  RuleId root = b.AddRule("root", b.Alt({b.Literal("x"), b.Seq({b.Literal("{\""), b.Repeat(b.Literal("a"), 30, 30),
+                                                                b.Literal("\"}")})}));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok());
+  auto cg = CompiledGrammar::Compile(*g, v);
+  ASSERT_TRUE(cg.ok());
+  const TokenId brace_quote = 95 + 1;  // "{\"" follows the 95 printable bytes and "\n"
+  ASSERT_EQ(v->TokenBytes(brace_quote), "{\"");
+  auto allowed = [&](uint32_t remaining, TokenId t) {
+    GrammarMatcher m(*cg);
+    m.SetRemainingTokens(remaining);
+    std::vector<uint64_t> bits((v->vocab_size() + 63) / 64);
+    m.FillNextTokenMask(bits.data());
+    return ((bits[t >> 6] >> (t & 63)) & 1) != 0;
+  };
+  EXPECT_FALSE(allowed(20, brace_quote));
+  EXPECT_TRUE(allowed(20, 'x' - 0x20));
+  EXPECT_TRUE(allowed(40, brace_quote));  // 32 more bytes fit in 39 tokens
+}
+
 TEST(Budget, DeepSeekVocabCloses) {
   const std::string path = ladle::testing::TokenizerPath();
   LADLE_REQUIRE_DATA(path);
