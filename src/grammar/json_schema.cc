@@ -427,6 +427,10 @@ Result<std::vector<Value>> Compiler::Expand(const Value& s0, const std::string& 
   if (s0.is_bool()) return s0.as_bool() ? std::vector<Value>{Value::MakeObject()} : std::vector<Value>{};
   if (!s0.is_object()) return InvalidArgument(fmt::format("{}: a schema must be an object or a boolean", path));
   if (ref_chain > kMaxRefChain) return Unsupported(fmt::format("{}: $ref/allOf chain deeper than {} (recursion without a value in between)", path, kMaxRefChain));
+  if (ref_overrides_ && s0.Find("$ref") && s0.Find("$ref")->is_string()) {
+    LADLE_ASSIGN_OR_RETURN(const Value* target, Resolve(s0.Find("$ref")->as_string(), path));
+    return Expand(*target, path + "/$ref", ref_chain + 1);
+  }
   LADLE_ASSIGN_OR_RETURN(Value s, Canonical(s0, path));
   Value base = Value::MakeObject();
   for (const auto& [k, v] : s.as_object()) {
@@ -572,7 +576,7 @@ Result<ExprId> Compiler::Compile(const Value& s, const std::string& path, int de
   }
   if (s.is_bool()) return s.as_bool() ? AnyValue(depth) : b_.Nothing();
   if (!s.is_object()) return InvalidArgument(fmt::format("{}: a schema must be an object or a boolean", path));
-  if (OnlyRef(s)) return RefRule(s, path, depth);
+  if (OnlyRef(s) || (ref_overrides_ && s.Find("$ref"))) return RefRule(s, path, depth);
   // A bare anyOf/oneOf compiles its branches separately, so $ref branches stay rule calls.
   bool only_union = false;
   const char* union_key = s.Find("anyOf") ? "anyOf" : "oneOf";

@@ -43,6 +43,10 @@ class Compiler {
     if (const Value* meta = root.is_object() ? root.Find("$schema") : nullptr; meta && meta->is_string()) {
       const std::string& m = meta->as_string();
       if (m.find("draft-04") != std::string::npos || m.find("draft-03") != std::string::npos) lex_.integral_fraction = false;
+      // Before 2019-09, keywords beside a $ref are ignored.
+      for (const char* d : {"draft-03", "draft-04", "draft-05", "draft-06", "draft-07"}) {
+        if (m.find(d) != std::string::npos) ref_overrides_ = true;
+      }
     }
   }
 
@@ -96,6 +100,7 @@ class Compiler {
   std::map<std::pair<uint32_t, uint32_t>, ExprId> length_rules_;
   std::map<std::pair<bool, std::vector<uint32_t>>, ExprId> diverge_rules_;
   ExprId key_tail_ = -1;
+  bool ref_overrides_ = false;  // drafts 3-7: siblings of $ref are ignored
 };
 
 }  // namespace ladle::grammar::schema_internal

@@ -200,6 +200,9 @@ TEST(JsonSchema, RefsAndRecursion) {
          {R"({"x":1})"}, {R"({"x":"1"})"});
   Expect(R"({"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#"}}]})", {"null", "[]", "[[null],null]"}, {"[1]"});
   Expect(R"({"$defs":{"s":{"type":"string"}},"$ref":"#/$defs/s","maxLength":1})", {R"("a")"}, {R"("ab")", "1"});
+  // Draft 7 and earlier ignore the siblings of $ref.
+  Expect(R"({"$schema":"http://json-schema.org/draft-07/schema#","$defs":{"s":{"type":"string"}},"$ref":"#/$defs/s","maxLength":1})",
+         {R"("a")", R"("ab")"}, {"1"});
   EXPECT_EQ(CompileError(R"({"$ref":"http://example.com/schema.json"})").code(), StatusCode::kUnsupported);
   EXPECT_FALSE(CompileError(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})").ok());
   EXPECT_EQ(CompileError(R"({"$ref":"#/$defs/missing"})").code(), StatusCode::kNotFound);
