@@ -30,7 +30,7 @@ class Writer {
   void PutVec(const std::vector<T>& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     Put<uint64_t>(v.size());
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string Take() { return std::move(out_); }
 
@@ -60,7 +60,7 @@ class Reader {
     uint64_t n;
     if (!Get(&n) || n > (in_.size() - pos_) / sizeof(T)) return false;
     v->resize(n);
-    std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));  // data() may be null when empty
     pos_ += n * sizeof(T);
     return true;
   }
