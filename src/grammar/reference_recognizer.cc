@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "ladle/tokenizer/tokenizer.h"
+
 namespace ladle::grammar {
 
 namespace {
@@ -481,21 +483,7 @@ std::optional<std::vector<Symbol>> RandomSentence(const Grammar& g, uint64_t see
   std::vector<Symbol> out;
   auto emit_cp = [&](uint32_t cp) {
     std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      s += static_cast<char>(0xF0 | (cp >> 18));
-      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    tokenizer::AppendUtf8(s, cp);
     for (unsigned char b : s) out.push_back(ByteSymbol(b));
   };
   auto gen = [&](auto&& self, ExprId id, int depth) -> void {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ladle/grammar/grammar.h"
+#include "ladle/tokenizer/tokenizer.h"
 #include "regex_unicode.h"
 
 namespace ladle::grammar {
@@ -31,23 +32,7 @@ constexpr int kMaxDepth = 256;
 // Largest counted repeat bound: a{100000} expands to that many states in the compiler.
 constexpr uint32_t kMaxCount = 10000;
 
-void AppendUtf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+using tokenizer::AppendUtf8;
 
 bool IsSurrogate(uint32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
 

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <utf8proc.h>
 
 #include "impl.h"
 #include "ladle/tokenizer/tokenizer.h"
@@ -60,6 +61,12 @@ bool IsValidUtf8(std::string_view bytes) {
     i += n;
   }
   return true;
+}
+
+void AppendUtf8(std::string& out, uint32_t cp) {
+  utf8proc_uint8_t buf[4];
+  const utf8proc_ssize_t n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
+  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
 }
 
 Status IncrementalDecoder::Push(TokenId id, std::string* out) {

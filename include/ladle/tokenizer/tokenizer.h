@@ -147,5 +147,7 @@ class IncrementalDecoder {
 // (so it is safe to emit now); the rest is an incomplete but still possible code point.
 size_t Utf8EmitLength(std::string_view bytes);
 bool IsValidUtf8(std::string_view bytes);
+// Appends the UTF-8 encoding of a scalar value (utf8proc; nothing for values past U+10FFFF).
+void AppendUtf8(std::string& out, uint32_t cp);
 
 }  // namespace ladle::tokenizer
