@@ -277,13 +277,13 @@ int main(int argc, char** argv) {
   grammar::CompileOptions copts;
   copts.max_compile_ms = compile_ms;
   std::vector<Item> items;
-  size_t tried = 0, compile_errors = 0;
+  size_t tried = 0, compile_errors = 0, too_long = 0;
   const auto c0 = Clock::now();
   for (size_t begin = 0; begin < files.size() && items.size() < schemas;) {
     const size_t want = schemas - items.size();
     const size_t n = std::min(files.size() - begin, want + want / 4 + 8);
     std::vector<std::optional<Item>> chunk(n);
-    std::vector<char> failed(n, 0);
+    std::vector<char> failed(n, 0), long_doc(n, 0);
     ladle::SharedPool().ParallelFor(n, [&](size_t k) {
       const auto& f = files[begin + k];
       std::string text;
@@ -305,12 +305,19 @@ int main(int argc, char** argv) {
       it.grammar = *cg;
       it.approximations = std::move(report.approximations);
       grammar::GrammarMatcher probe(it.grammar);
+      // A schema whose shortest document does not fit under the cap cannot be completed by
+      // any engine within it: it is counted apart, not sampled (and not hidden).
+      if (probe.ShortestCompletionTokens() + 8 > max_tokens_cap) {
+        long_doc[k] = 1;
+        return;
+      }
       it.max_tokens = std::min(max_tokens_cap, std::max(max_tokens, probe.ShortestCompletionTokens() + 8));
       chunk[k] = std::move(it);
     });
     for (size_t k = 0; k < n && items.size() < schemas; ++k) {
       ++tried;
       compile_errors += failed[k];
+      too_long += long_doc[k];
       if (chunk[k]) items.push_back(std::move(*chunk[k]));
     }
     begin += n;
@@ -318,6 +325,10 @@ int main(int argc, char** argv) {
   const double compile_s = std::chrono::duration<double>(Clock::now() - c0).count();
   std::fprintf(stderr, "generate_bench: %zu schemas compiled of %zu tried (%zu compile errors) in %.1f s\n",
                items.size(), tried, compile_errors, compile_s);
+  if (too_long) {
+    std::fprintf(stderr, "generate_bench: %zu schemas skipped: shortest completion + 8 exceeds --max-tokens-cap %u\n",
+                 too_long, max_tokens_cap);
+  }
   if (items.empty()) return 1;
 
   RunStats unmasked;
