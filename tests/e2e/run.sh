@@ -12,24 +12,10 @@ ladle="$1"
 load_seconds="${2:-10}"
 load_clients="${3:-256}"
 
-skip_or_fail() {
-  echo "e2e: $1" >&2
-  if [[ "${CI:-}" == "true" ]]; then exit 1; fi
-  exit 77
-}
-
-command -v node >/dev/null 2>&1 || skip_or_fail "node not found"
-command -v npm >/dev/null 2>&1 || skip_or_fail "npm not found"
-
-stamp="$here/node_modules/.ladle-installed"
-lock="${TMPDIR:-/tmp}/ladle-e2e-npm-$(printf '%s' "$here" | cksum | cut -d' ' -f1).lock"
-(
-  flock 9
-  if [[ ! -f "$stamp" || "$here/package-lock.json" -nt "$stamp" ]]; then
-    (cd "$here" && npm ci --no-audit --no-fund --loglevel=error >&2) || exit 3
-    touch "$stamp"
-  fi
-) 9>"$lock" || skip_or_fail "could not install the pinned SDKs (npm ci)"
+E2E_NAME=e2e
+source "$here/common.sh"
+require_node
+install_pinned "$here" npm
 
 work="$(mktemp -d)"
 pids=()

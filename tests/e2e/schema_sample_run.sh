@@ -20,14 +20,9 @@ gen="$1"
 schemas="${2:-500}"
 max_tokens="${3:-32}"
 
-skip_or_fail() {
-  echo "schema_sample: $1" >&2
-  if [[ "${CI:-}" == "true" ]]; then exit 1; fi
-  exit 77
-}
-
-command -v node >/dev/null 2>&1 || skip_or_fail "node not found"
-command -v npm >/dev/null 2>&1 || skip_or_fail "npm not found"
+E2E_NAME=schema_sample
+source "$here/common.sh"
+require_node
 [[ -x "$gen" ]] || skip_or_fail "generate_bench not built: $gen"
 
 root="$(cd "$here/../.." && pwd)"
@@ -42,15 +37,7 @@ fi
 [[ -f "$tokenizer" ]] || skip_or_fail "tokenizer missing (run scripts/setup)"
 
 ajv_dir="$here/ajv"
-stamp="$ajv_dir/node_modules/.ladle-installed"
-lock="${TMPDIR:-/tmp}/ladle-e2e-ajv-$(printf '%s' "$ajv_dir" | cksum | cut -d' ' -f1).lock"
-(
-  flock 9
-  if [[ ! -f "$stamp" || "$ajv_dir/package-lock.json" -nt "$stamp" ]]; then
-    (cd "$ajv_dir" && npm ci --no-audit --no-fund --loglevel=error >&2) || exit 3
-    touch "$stamp"
-  fi
-) 9>"$lock" || skip_or_fail "could not install the pinned ajv (npm ci)"
+install_pinned "$ajv_dir" ajv
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -10,30 +10,11 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ladle="$1"
 
-skip_or_fail() {
-  echo "structured e2e: $1" >&2
-  if [[ "${CI:-}" == "true" ]]; then exit 1; fi
-  exit 77
-}
-
-command -v node >/dev/null 2>&1 || skip_or_fail "node not found"
-command -v npm >/dev/null 2>&1 || skip_or_fail "npm not found"
-
-# The same install steps (and locks) as run.sh and schema_sample_run.sh.
-install() {
-  local dir="$1" name="$2"
-  local stamp="$dir/node_modules/.ladle-installed"
-  local lock="${TMPDIR:-/tmp}/ladle-e2e-${name}-$(printf '%s' "$dir" | cksum | cut -d' ' -f1).lock"
-  (
-    flock 9
-    if [[ ! -f "$stamp" || "$dir/package-lock.json" -nt "$stamp" ]]; then
-      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2) || exit 3
-      touch "$stamp"
-    fi
-  ) 9>"$lock" || skip_or_fail "could not install the pinned packages in $dir (npm ci)"
-}
-install "$here" npm
-install "$here/ajv" ajv
+E2E_NAME="structured e2e"
+source "$here/common.sh"
+require_node
+install_pinned "$here" npm
+install_pinned "$here/ajv" ajv
 
 work="$(mktemp -d)"
 pids=()
