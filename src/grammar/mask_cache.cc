@@ -17,6 +17,9 @@ namespace {
 constexpr size_t kMaxHashedStates = 4096;
 // The process-wide table stops growing past this (entries already in use stay valid).
 constexpr size_t kSharedCacheMaxBytes = size_t{1} << 30;
+// Past this many accepted tokens off the commonest completion length, an entry carries no
+// budget data (the matcher walks its tokens when the budget is tight).
+constexpr size_t kMaxBudgetExceptions = 16384;
 
 struct PairHash {
   size_t operator()(const std::pair<uint64_t, uint64_t>& k) const { return k.first ^ (k.second * 0x9E3779B97F4A7C15ULL); }
@@ -64,6 +67,13 @@ class SetDfa {
     return Intern(std::move(s));
   }
   bool Barrier(int32_t set) const { return sets_[set].barrier; }
+  // Shortest completion of the frame from this set: 0 if it can pop here, else the best top.
+  uint32_t Short(int32_t set) {
+    if (short_.size() < sets_.size()) short_.resize(sets_.size(), kUnset);
+    uint32_t& d = short_[set];
+    if (d == kUnset) d = sets_[set].barrier ? 0 : sim_.Shortest(sets_[set]);
+    return d;
+  }
   int32_t Step(int32_t set, uint8_t b) {
     if (static_cast<size_t>(set) < memo_rows_) {
       const size_t slot = static_cast<size_t>(set) * 256 + b;
@@ -96,9 +106,11 @@ class SetDfa {
     return it->second;
   }
 
+  static constexpr uint32_t kUnset = kInfDist - 1;
   Arena arena_;
   Simulator sim_;
   std::vector<StackSet> sets_;
+  std::vector<uint32_t> short_;
   std::unordered_map<std::string, int32_t> index_;
   std::vector<int32_t> trans_;
   size_t memo_rows_ = 0;
@@ -111,6 +123,7 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
   std::vector<int32_t> lv(1, dfa.Start(state));
   std::vector<uint8_t> anyb(1, 0);  // anyb[d]: the frame could pop before byte d
   std::vector<TokenId> acc;
+  std::vector<uint32_t> acc_short;  // parallel to acc
   MaskEntry e;
   const size_t n = v.sorted.size();
   size_t valid = 0;
@@ -129,6 +142,7 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
     }
     if (p == len) {
       acc.push_back(v.sorted[i]);
+      acc_short.push_back(dfa.Short(lv[len]));
       valid = len;
       ++i;
       continue;
@@ -148,6 +162,25 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
     i = end;
   }
   e.accepted_count = acc.size();
+  if (!acc.empty()) {
+    // The commonest completion is the base; the others are listed, unless there are so many
+    // that the list would cost more than a walk.
+    std::unordered_map<uint32_t, size_t> freq;
+    for (uint32_t d : acc_short) ++freq[d];
+    auto top = std::max_element(freq.begin(), freq.end(), [](auto& x, auto& y) { return x.second < y.second; });
+    e.budget_base = top->first;
+    e.budget_min = std::min_element(freq.begin(), freq.end())->first;
+    const size_t others = acc.size() - top->second;
+    if (others > kMaxBudgetExceptions) {
+      e.budget_known = false;
+    } else {
+      e.budget_exceptions.reserve(others);
+      for (size_t k = 0; k < acc.size(); ++k) {
+        if (acc_short[k] != e.budget_base) e.budget_exceptions.push_back({acc[k], acc_short[k]});
+      }
+      std::sort(e.budget_exceptions.begin(), e.budget_exceptions.end());
+    }
+  }
   if (acc.size() * 32 >= v.vocab_size) {
     e.accepted_bits.assign(v.words(), 0);
     for (TokenId id : acc) e.accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);

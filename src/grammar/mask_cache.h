@@ -31,10 +31,19 @@ struct MaskEntry {
   // uncertain, and the runtime walk skips dead groups wholesale anyway.
   std::vector<std::pair<uint32_t, uint32_t>> uncertain;
   size_t accepted_count = 0, uncertain_count = 0;
+  // Budget-aware completion without a trie walk: an accepted token leaves this frame in a
+  // state whose own shortest completion (bytes until the frame can pop) is `budget_base` for
+  // most tokens and budget_exceptions[i].second for the listed ones (sorted by id). With B
+  // the shortest completion below the frame, the token's completion is that plus B. Entries
+  // where too many tokens differ keep budget_known = false and the matcher walks instead.
+  bool budget_known = true;
+  uint32_t budget_base = 0, budget_min = 0;
+  std::vector<std::pair<TokenId, uint32_t>> budget_exceptions;
 
   void OrInto(uint64_t* bits) const;
   size_t MemoryBytes() const {
-    return sizeof(*this) + accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 8;
+    return sizeof(*this) + accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 8 +
+           budget_exceptions.size() * 8;
   }
 };
 

@@ -229,41 +229,84 @@ struct GrammarMatcher::Impl {
     const uint32_t shortest = sim.Shortest(cur);
     if (shortest == kInfDist || static_cast<uint64_t>(r) > static_cast<uint64_t>(shortest) + opts.margin + opts.lookahead) return;
     const uint32_t limit = r == 0 ? 0 : r - 1;
-    // Post-token shortest completion for every allowed token.
-    std::vector<std::pair<TokenId, uint32_t>> after;
-    for (TokenId e : v.eos) {
-      if (HasBit(bits, e)) after.push_back({e, 0});
+    std::vector<uint64_t> keep(v.words(), 0);
+    uint32_t best = KeepWithin(bits, limit, keep);
+    // Nothing fits (the budget was already too small): keep the tokens that get closest.
+    if (best > limit && best != kInfDist) {
+      std::fill(keep.begin(), keep.end(), 0);
+      KeepWithin(bits, best, keep);
     }
+    bool removed = false;
+    for (size_t w = 0; w < keep.size(); ++w) {
+      if (keep[w] != bits[w]) removed = true;
+      bits[w] = keep[w];
+    }
+    if (removed) forced = true;
+  }
+
+  // Sets in `keep` the allowed tokens (`bits`) after which the shortest completion is at most
+  // `limit`, and returns the smallest such completion over all allowed tokens. Accepted tokens
+  // come from the mask entries' completion lengths (no simulation); only the uncertain ranges,
+  // specials, and entries without budget data are simulated.
+  uint32_t KeepWithin(const uint64_t* bits, uint32_t limit, std::vector<uint64_t>& keep) {
+    uint32_t best = kInfDist;
+    auto offer = [&](TokenId t, uint32_t d) {
+      best = std::min(best, d);
+      if (d <= limit) SetBit(keep.data(), t);
+    };
+    for (TokenId e : v.eos) {
+      if (HasBit(bits, e)) offer(e, 0);
+    }
+    ranges.clear();
+    bool walk_all = false;
+    std::vector<uint64_t> tmp;
     for (int32_t n : cur.tops) {
-      const int32_t g = arena[n].state;
+      const StackNode& node = arena[n];
+      const int32_t g = node.state;
       for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1]; ++k) {
         TokenId t = a.specials[k].token;
         if (t >= v.vocab_size || IsEos(t)) continue;
         StackSet s;
-        if (Advance(t, s)) after.push_back({t, sim.Shortest(s)});
+        if (Advance(t, s)) offer(t, sim.Shortest(s));
       }
-    }
-    const PosRange all{0, static_cast<uint32_t>(v.sorted.size())};
-    WalkRanges(
-        sim, v, cur, std::span<const PosRange>(&all, 1), levels,
-        [&](uint32_t pos) { return !HasBit(bits, v.sorted[pos]); },
-        [&](uint32_t pos, const StackSet& end) { after.push_back({v.sorted[pos], sim.Shortest(end)}); });
-    uint32_t best = kInfDist;
-    for (auto& [t, d] : after) best = std::min(best, d);
-    // Nothing fits (the budget was already too small): keep the tokens that get closest.
-    const uint32_t keep = best > limit ? best : limit;
-    bool removed = false;
-    std::vector<uint64_t> out(v.words(), 0);
-    for (auto& [t, d] : after) {
-      if (d <= keep) {
-        SetBit(out.data(), t);
+      if (!a.HasBytes(g) || walk_all) continue;
+      const MaskEntry& e = cg->impl().cache->Get(a, v, g);
+      ranges.insert(ranges.end(), e.uncertain.begin(), e.uncertain.end());
+      if (e.accepted_count == 0) continue;
+      if (!e.budget_known) {
+        walk_all = true;
+        continue;
       }
+      const uint64_t below = node.parent >= 0 ? arena[node.parent].dist : 0;
+      if (below == kInfDist) continue;
+      best = static_cast<uint32_t>(std::min<uint64_t>(best, e.budget_min + below));
+      if (e.budget_min + below > limit) continue;
+      // This frame's accepted tokens at their completion lengths, then OR into keep (another
+      // stack may keep a token this one would drop).
+      tmp.assign(v.words(), 0);
+      if (e.budget_base + below <= limit) e.OrInto(tmp.data());
+      for (auto [t, d] : e.budget_exceptions) {
+        if (d + below <= limit) {
+          SetBit(tmp.data(), t);
+        } else {
+          tmp[t >> 6] &= ~(uint64_t{1} << (t & 63));
+        }
+      }
+      for (size_t w = 0; w < tmp.size(); ++w) keep[w] |= tmp[w] & bits[w];
     }
-    for (size_t w = 0; w < out.size(); ++w) {
-      if (out[w] != bits[w]) removed = true;
-      bits[w] = out[w];
+    auto walked = [&](uint32_t pos, const StackSet& end) { offer(v.sorted[pos], sim.Shortest(end)); };
+    if (walk_all) {
+      const PosRange all{0, static_cast<uint32_t>(v.sorted.size())};
+      WalkRanges(
+          sim, v, cur, std::span<const PosRange>(&all, 1), levels,
+          [&](uint32_t pos) { return !HasBit(bits, v.sorted[pos]); }, walked);
+    } else if (!ranges.empty()) {
+      MergeRanges(ranges);
+      WalkRanges(
+          sim, v, cur, ranges, levels,
+          [&](uint32_t pos) { return !HasBit(bits, v.sorted[pos]) || HasBit(keep.data(), v.sorted[pos]); }, walked);
     }
-    if (removed) forced = true;
+    return best;
   }
 
   std::string JumpForward() {

@@ -2,6 +2,7 @@
 // mask-respecting sampler under a tight max_tokens always ends with a complete, valid document.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "ladle/grammar/matcher.h"
@@ -140,6 +141,79 @@ TEST(Budget, SingleTokenJumpIsCaughtBeforeTheMargin) {
   EXPECT_FALSE(allowed(20, brace_quote));
   EXPECT_TRUE(allowed(20, 'x' - 0x20));
   EXPECT_TRUE(allowed(40, brace_quote));  // 32 more bytes fit in 39 tokens
+}
+
+// The narrowed mask is exactly the allowed tokens after which the shortest completion fits,
+// by brute force: replay the prefix in a fresh matcher, accept the token, measure. The mask
+// reads completion lengths from the cached entries instead of simulating each token.
+void ExpectExactNarrowing(const std::shared_ptr<const CompiledGrammar>& cg, int runs, uint32_t seed) {
+  const TokenVocabulary& v = cg->vocab();
+  std::mt19937 rng(seed);
+  const size_t words = (v.vocab_size() + 63) / 64;
+  std::vector<uint64_t> plain(words), narrowed(words);
+  int compared = 0, narrowed_steps = 0;
+  for (int run = 0; run < runs; ++run) {
+    GrammarMatcher m(cg, MatcherOptions{.budget_aware = false});
+    std::vector<TokenId> prefix;
+    for (int step = 0; step < 40 && !m.IsTerminated(); ++step) {
+      m.FillNextTokenMask(plain.data());
+      std::vector<TokenId> allowed;
+      for (TokenId id = 0; id < v.vocab_size(); ++id) {
+        if ((plain[id >> 6] >> (id & 63)) & 1) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty());
+      std::vector<uint32_t> after(allowed.size());
+      for (size_t k = 0; k < allowed.size(); ++k) {
+        GrammarMatcher r(cg);
+        for (TokenId t : prefix) ASSERT_TRUE(r.AcceptToken(t));
+        ASSERT_TRUE(r.AcceptToken(allowed[k]));
+        after[k] = r.ShortestCompletionTokens();
+      }
+      const uint32_t shortest = m.ShortestCompletionTokens();
+      for (uint32_t remaining : {shortest + 1, shortest + 2, shortest + 5, shortest + 12}) {
+        GrammarMatcher b(cg);
+        for (TokenId t : prefix) ASSERT_TRUE(b.AcceptToken(t));
+        b.SetRemainingTokens(remaining);
+        b.FillNextTokenMask(narrowed.data());
+        uint32_t best = *std::min_element(after.begin(), after.end());
+        const uint32_t limit = std::max(remaining - 1, best);
+        for (size_t k = 0; k < allowed.size(); ++k) {
+          const bool kept = (narrowed[allowed[k] >> 6] >> (allowed[k] & 63)) & 1;
+          EXPECT_EQ(kept, after[k] <= limit)
+              << "token '" << v.TokenBytes(allowed[k]) << "' completes in " << after[k] << ", remaining " << remaining
+              << ", after " << prefix.size() << " tokens";
+          narrowed_steps += !kept;
+        }
+        for (TokenId id = 0; id < v.vocab_size(); ++id) {
+          const bool in_plain = (plain[id >> 6] >> (id & 63)) & 1;
+          if (!in_plain) EXPECT_FALSE((narrowed[id >> 6] >> (id & 63)) & 1) << id;
+        }
+        ++compared;
+      }
+      TokenId pick = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.AcceptToken(pick));
+      prefix.push_back(pick);
+    }
+  }
+  EXPECT_GT(compared, 100);
+  EXPECT_GT(narrowed_steps, 0);
+}
+
+TEST(Budget, NarrowingIsExactByBruteForce) {
+  TokenId eos;
+  auto v = ByteVocab(&eos);
+  auto json = CompiledGrammar::Compile(testing::JsonGrammar(), v);
+  ASSERT_TRUE(json.ok());
+  ExpectExactNarrowing(*json, 12, 7);
+  GrammarBuilder b;
+  RuleId inner = b.AddRule("inner", b.Seq({b.Literal("{\""), b.Repeat(b.Literal("a"), 0, 30), b.Literal("\"}")}));
+  RuleId root = b.AddRule("root", b.Seq({b.Star(b.Alt({b.Ref(inner), b.Literal("12345"), b.Literal("x")})),
+                                        b.Literal("]]")}));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok());
+  auto cg = CompiledGrammar::Compile(*g, v);
+  ASSERT_TRUE(cg.ok());
+  ExpectExactNarrowing(*cg, 12, 8);
 }
 
 TEST(Budget, DeepSeekVocabCloses) {
