@@ -55,8 +55,9 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kEos = 1;
 constexpr size_t kVocab = 129280;
 
-// One matcher per request. The engine calls FillMask and Accept on its device thread; the
-// counters are read only after the engine has shut down.
+// One matcher per request. The engine calls FillMask on its mask pool or device thread and
+// Accept on the device thread, never two at once for one request; the counters are read only
+// after the engine has shut down.
 class SchemaMask : public engine::MaskProvider {
  public:
   SchemaMask(std::shared_ptr<const grammar::CompiledGrammar> g, uint32_t max_tokens)
@@ -163,8 +164,9 @@ struct RunStats {
 
 // Submits every item (masked or not) and waits for all; outputs land in the items.
 ladle::Result<RunStats> Run(std::vector<Item>& items, const ladle::tokenizer::Tokenizer& tok, int concurrency,
-                            bool masked, uint64_t seed, float temperature) {
+                            bool masked, uint64_t seed, float temperature, bool serial_masks) {
   engine::EngineConfig ec;
+  ec.overlap_masks = !serial_masks;
   ec.max_running = concurrency;
   ec.num_blocks = std::max(64, concurrency * 8);
   ec.chunk_policy = "fixed";  // no cost-model profiling at start-up
@@ -230,7 +232,7 @@ int main(int argc, char** argv) {
   std::string out_path, data_dir, archive = ladle::bench::DefaultArchive(),
                                   unpack_dir = ladle::bench::DefaultUnpackDir(),
                                   tokenizer_path = ladle::bench::DefaultTokenizer(), subsets;
-  bool compare = false;
+  bool compare = false, serial_masks = false;
   uint32_t max_tokens = 48, max_tokens_cap = 384, compile_ms = 2000;
   int concurrency = 64;
   uint64_t seed = 1;
@@ -238,6 +240,8 @@ int main(int argc, char** argv) {
   app.add_option("--schemas", schemas, "compiled schemas in the sample");
   app.add_option("--out", out_path, "JSONL output (one line per schema)");
   app.add_flag("--compare", compare, "also run the same requests unmasked and print the tokens/s ratio");
+  app.add_flag("--serial-masks", serial_masks,
+               "fill masks one after another on the device thread after the forward (EngineConfig::overlap_masks off)");
   app.add_option("--max-tokens", max_tokens, "max_tokens per request (raised to shortest completion + 8)");
   app.add_option("--max-tokens-cap", max_tokens_cap, "upper bound of the raised max_tokens");
   app.add_option("--concurrency", concurrency, "engine batch (max running requests)");
@@ -333,14 +337,14 @@ int main(int argc, char** argv) {
 
   RunStats unmasked;
   if (compare) {
-    auto r = Run(items, *tok, concurrency, /*masked=*/false, seed, temperature);
+    auto r = Run(items, *tok, concurrency, /*masked=*/false, seed, temperature, serial_masks);
     if (!r.ok()) {
       std::fprintf(stderr, "generate_bench: %s\n", r.status().ToString().c_str());
       return 1;
     }
     unmasked = *r;
   }
-  auto masked = Run(items, *tok, concurrency, /*masked=*/true, seed, temperature);
+  auto masked = Run(items, *tok, concurrency, /*masked=*/true, seed, temperature, serial_masks);
   if (!masked.ok()) {
     std::fprintf(stderr, "generate_bench: %s\n", masked.status().ToString().c_str());
     return 1;

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "ladle/core/logging.h"
+#include "ladle/core/thread_pool.h"
 
 namespace ladle::engine {
 
@@ -260,10 +261,45 @@ void EngineImpl::AcceptToken(Seq* s, const Sampled& r) {
   if (s->req->sink) s->req->sink(out);
 }
 
+void MaskWork::Drain() {
+  for (size_t i = next.fetch_add(1); i < seqs.size(); i = next.fetch_add(1)) {
+    DevSeq& d = *seqs[i];
+    d.mask_bits.assign((vocab + 63) / 64, 0);
+    d.mask->FillMask(d.index, d.mask_bits.data(), vocab);
+    if (done.fetch_add(1) + 1 == seqs.size()) {
+      std::lock_guard lk(mu);
+      cv.notify_all();
+    }
+  }
+}
+
+void MaskWork::Finish() {
+  Drain();
+  std::unique_lock lk(mu);
+  cv.wait(lk, [&] { return done.load() == seqs.size(); });
+}
+
+void EngineImpl::StartMasks(const std::shared_ptr<Batch>& b) {
+  // Every sample of step N-1 (and so every Accept) ran before this forward on the device
+  // thread, so each matcher is already in the state this step's mask needs.
+  auto w = std::make_shared<MaskWork>();
+  w->vocab = vocab_;
+  for (auto& e : b->entries) {
+    if (e.sample && e.dev->mask) w->seqs.push_back(e.dev.get());
+  }
+  if (w->seqs.empty()) return;
+  b->masks = w;
+  if (!config_.overlap_masks) return;
+  ThreadPool& pool = SharedPool();
+  const size_t helpers = std::min(w->seqs.size(), pool.size());
+  for (size_t k = 0; k < helpers; ++k) pool.Submit([w] { w->Drain(); });
+}
+
 void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) {
   device_->Launch(
       [this, b] {
         const auto t0 = Clock::now();
+        StartMasks(b);
         for (int32_t slot : b->resets) kv_->ResetSlot(slot);
         for (auto [from, to] : b->copies) kv_->CopySlot(from, to);
         std::vector<SeqStep> steps;
@@ -290,6 +326,7 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
   device_->Launch(
       [this, b] {
         const auto t0 = Clock::now();
+        if (b->masks) b->masks->Finish();
         if (b->status.ok()) {
           size_t row = 0;
           for (auto& e : b->entries) {
@@ -297,12 +334,7 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
             std::span<float> logits(b->logits.data() + row * vocab_, vocab_);
             ++row;
             DevSeq& d = *e.dev;
-            const uint64_t* mask = nullptr;
-            if (d.mask) {
-              d.mask_bits.assign((vocab_ + 63) / 64, 0);
-              d.mask->FillMask(d.index, d.mask_bits.data(), vocab_);
-              mask = d.mask_bits.data();
-            }
+            const uint64_t* mask = d.mask ? d.mask_bits.data() : nullptr;
             e.result = SampleToken(logits, d.params, &d.sampler, mask, valid_vocab_);
             if (d.mask) d.mask->Accept(d.index, e.result.token);
             d.last_token = e.result.token;

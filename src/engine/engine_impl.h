@@ -86,8 +86,25 @@ struct Entry {
   Sampled result;
 };
 
+// The batch's masks, filled on the shared pool while the device runs the forward; the
+// device thread claims whatever the pool has not started once the logits are ready, so the
+// sample never waits on a busy pool (only on masks already being computed).
+struct MaskWork {
+  std::vector<DevSeq*> seqs;
+  size_t vocab = 0;
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> done{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  // Claims and fills masks until none is left unclaimed.
+  void Drain();
+  // Drain(), then waits for masks other threads are still filling.
+  void Finish();
+};
+
 struct Batch {
   uint64_t step = 0;
+  std::shared_ptr<MaskWork> masks;  // null when no entry has a mask provider
   std::vector<Entry> entries;
   std::vector<int32_t> resets;                       // ResetSlot before the forward (new owners)
   std::vector<std::pair<int32_t, int32_t>> copies;  // CopySlot(from, to) before the forward
@@ -124,6 +141,7 @@ class EngineImpl : public Engine {
   bool GrowBlocks(Seq* s, int64_t positions);
   void Preempt(Seq* s);
   void RegisterBlocks(Seq* s);
+  void StartMasks(const std::shared_ptr<Batch>& b);  // device thread, before the forward
   void LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap);
   void LaunchSample(const std::shared_ptr<Batch>& b);
   void PostProcess(const std::shared_ptr<Batch>& b);

@@ -35,6 +35,9 @@ struct SamplingParams {
 };
 
 // Filled per step by the structured-output issue: the set of allowed next tokens.
+// Thread model: the engine may call FillMask for different indices of one provider at the
+// same time (from its mask pool, while the forward runs); calls for one index never overlap,
+// and FillMask(i) always sees every earlier Accept(i).
 class MaskProvider {
  public:
   virtual ~MaskProvider() = default;

@@ -50,6 +50,10 @@ struct EngineConfig {
   int64_t profile_max_q = 512;
 
   bool async_scheduling = true;
+  // Grammar masks of a step are filled on the shared thread pool while the device runs that
+  // step's forward (the device thread takes the rest once the logits are ready). false: all
+  // masks are filled one after another on the device thread after the forward.
+  bool overlap_masks = true;
   bool prefix_cache = true;
   uint64_t cache_salt = 0;  // extra key of every block hash (e.g. model revision)
   TokenId eos_id = 1;

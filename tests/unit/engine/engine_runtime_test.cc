@@ -457,6 +457,63 @@ TEST_F(EngineRuntime, MaskProviderConstrainsEveryToken) {
   EXPECT_EQ(mask->odd.load(), 0);
 }
 
+// Sample i's k-th token must be 10 + 7 * i + k: a mask filled before Accept(i) of the previous
+// token (or for the wrong index) allows a different single token. FillMask runs on the mask
+// pool for several indices at once, so the state is per index and the checks are atomic.
+class Sequence : public MaskProvider {
+ public:
+  explicit Sequence(int n) : next_(n) {}
+  void FillMask(int i, uint64_t* bits, size_t vocab) override {
+    const size_t t = Want(i, next_[i].load());
+    if (t < vocab) bits[t / 64] |= 1ull << (t % 64);
+    fills.fetch_add(1);
+  }
+  void Accept(int i, TokenId t) override {
+    const int k = next_[i].load();
+    if (t != Want(i, k)) wrong.fetch_add(1);
+    next_[i].store(k + 1);
+  }
+  static size_t Want(int i, int k) { return 10 + 7 * static_cast<size_t>(i) + static_cast<size_t>(k); }
+  std::atomic<int> wrong{0}, fills{0};
+
+ private:
+  std::vector<std::atomic<int>> next_;
+};
+
+TEST_F(EngineRuntime, MasksFilledOnThePoolSeeEveryEarlierAccept) {
+  for (bool overlap : {true, false}) {
+    for (bool async : {false, true}) {
+      EngineConfig cfg = FixedConfig(async);
+      cfg.overlap_masks = overlap;
+      auto h = Make(cfg);
+      std::vector<std::shared_ptr<Sequence>> masks;
+      std::vector<std::unique_ptr<Collector>> cs;
+      for (int r = 0; r < 6; ++r) {
+        SamplingParams p;
+        p.max_tokens = 12 + r;
+        p.n = 1 + r % 3;
+        p.temperature = 1.0f;
+        p.seed = 40 + r;
+        masks.push_back(std::make_shared<Sequence>(p.n));
+        cs.push_back(std::make_unique<Collector>(p.n));
+        ASSERT_TRUE(h.engine->Submit({Prompt(20 + r * 9, r), p, masks.back()}, cs.back()->Sink()).ok());
+      }
+      for (int r = 0; r < 6; ++r) {
+        ASSERT_TRUE(cs[r]->Wait());
+        auto res = cs[r]->results();
+        for (size_t i = 0; i < res.size(); ++i) {
+          ASSERT_EQ(res[i].tokens.size(), static_cast<size_t>(12 + r)) << "overlap " << overlap << " async " << async;
+          for (size_t k = 0; k < res[i].tokens.size(); ++k) {
+            EXPECT_EQ(res[i].tokens[k], Sequence::Want(static_cast<int>(i), static_cast<int>(k)))
+                << "request " << r << " sample " << i << " token " << k << " overlap " << overlap << " async " << async;
+          }
+        }
+        EXPECT_EQ(masks[r]->wrong.load(), 0);
+      }
+    }
+  }
+}
+
 class Nothing : public MaskProvider {
  public:
   void FillMask(int, uint64_t*, size_t) override {}
