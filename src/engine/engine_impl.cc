@@ -229,7 +229,8 @@ void EngineImpl::AcceptToken(Seq* s, const Sampled& r) {
   if (p.top_logprobs > 0) ev.top_logprobs = r.top_logprobs;
   if (std::isinf(r.logprob) && r.logprob < 0) {
     // The mask allowed no token at all: there is nothing valid to emit.
-    FinishSeq(s, FinishKind::kError, nullptr, "", "no token allowed by the mask");
+    std::string why = s->req->mask ? s->req->mask->Failure(s->index) : std::string();
+    FinishSeq(s, FinishKind::kError, nullptr, "", why.empty() ? "no token allowed by the mask" : why);
     return;
   }
   const bool eos = r.token == config_.eos_id && !p.ignore_eos;

@@ -58,7 +58,10 @@ class SetDfa {
   static constexpr int32_t kUnknown = -2;
   static constexpr size_t kMaxSets = 4096;
 
-  SetDfa(const Automaton& a) : sim_(a, arena_) {}
+  SetDfa(const Automaton& a) : sim_(a, arena_) { sim_.SetMaxStacks(kMaxStacks); }
+  // The classification is incomplete past this many stacks in one closure (see Simulator).
+  static constexpr size_t kMaxStacks = 4096;
+  bool overflowed() const { return sim_.overflowed(); }
 
   int32_t Start(int32_t state) {
     const int32_t root = arena_.Intern(sim_.automaton(), state, kBarrier);
@@ -160,6 +163,14 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
       e.uncertain_count += end - i;
     }
     i = end;
+  }
+  if (dfa.overflowed()) {
+    // Too ambiguous to classify from one frame: every token is left to the runtime walk,
+    // which simulates against the real stacks (under the matcher's own stack limit).
+    MaskEntry all;
+    all.uncertain.push_back({0, static_cast<uint32_t>(n)});
+    all.uncertain_count = n;
+    return all;
   }
   e.accepted_count = acc.size();
   if (!acc.empty()) {

@@ -88,6 +88,7 @@ size_t CompiledGrammar::MemoryBytes() const {
 struct GrammarMatcher::Impl {
   Impl(std::shared_ptr<const CompiledGrammar> g, const MatcherOptions& o)
       : cg(std::move(g)), a(cg->impl().automaton), v(cg->vocab().impl()), opts(o), sim(a, arena) {
+    sim.SetMaxStacks(opts.max_parallel_stacks);
     ResetState();
   }
 
@@ -107,6 +108,8 @@ struct GrammarMatcher::Impl {
   std::deque<Snapshot> history;
   std::optional<uint32_t> remaining;
   bool forced = false;
+  Status failure;
+  uint64_t accepted = 0;  // tokens accepted (for the failure message)
   size_t compact_at = kCompactNodes;
   // Scratch.
   std::vector<StackSet> levels;
@@ -120,11 +123,26 @@ struct GrammarMatcher::Impl {
     terminated = false;
     forced = false;
     remaining.reset();
+    failure = Status::Ok();
+    accepted = 0;
+    sim.ClearOverflow();
     cur = StackSet{};
     if (a.start >= 0) {
       int32_t root = arena.Intern(a, a.start, kEnd);
       sim.Close(std::span<const int32_t>(&root, 1), cur);
+      CheckOverflow();
     }
+  }
+
+  // True (and the matcher failed) once a closure overflowed max_parallel_stacks.
+  bool CheckOverflow() {
+    if (!sim.overflowed()) return false;
+    if (failure.ok()) {
+      failure = ResourceExhausted(fmt::format(
+          "grammar too ambiguous: more than {} parses alive after {} tokens (MatcherOptions::max_parallel_stacks)",
+          opts.max_parallel_stacks, accepted));
+    }
+    return true;
   }
 
   bool IsEos(TokenId id) const { return std::binary_search(v.eos.begin(), v.eos.end(), id); }
@@ -136,6 +154,7 @@ struct GrammarMatcher::Impl {
     bool sp = sim.StepSpecial(cur, id, by_special);
     bool by = false;
     if (!v.special[id] && !v.bytes[id].empty()) by = sim.StepBytes(cur, v.bytes[id], out);
+    if (CheckOverflow()) return false;
     if (!sp) return by;
     if (!by) {
       out = std::move(by_special);
@@ -149,6 +168,7 @@ struct GrammarMatcher::Impl {
   }
 
   void Push(StackSet next, bool term) {
+    ++accepted;
     if (opts.max_rollback > 0) {
       history.push_back({std::move(cur), terminated});
       if (history.size() > opts.max_rollback) history.pop_front();
@@ -190,6 +210,7 @@ struct GrammarMatcher::Impl {
   void FillMask(uint64_t* bits) {
     const size_t words = v.words();
     std::fill(bits, bits + words, 0);
+    if (!failure.ok()) return;
     auto set_eos = [&] {
       for (TokenId e : v.eos) SetBit(bits, e);
     };
@@ -220,7 +241,9 @@ struct GrammarMatcher::Impl {
     WalkRanges(
         sim, v, cur, ranges, levels, [&](uint32_t pos) { return HasBit(bits, v.sorted[pos]); },
         [&](uint32_t pos, const StackSet&) { SetBit(bits, v.sorted[pos]); });
-    if (opts.budget_aware && remaining) ApplyBudget(bits);
+    if (opts.budget_aware && remaining && !CheckOverflow()) ApplyBudget(bits);
+    // A walk that overflowed left the mask incomplete: allow nothing rather than a guess.
+    if (CheckOverflow()) std::fill(bits, bits + words, 0);
   }
 
   // Keeps only tokens after which the shortest completion still fits in remaining - 1.
@@ -311,7 +334,7 @@ struct GrammarMatcher::Impl {
 
   std::string JumpForward() {
     std::string out;
-    if (terminated) return out;
+    if (terminated || !failure.ok()) return out;
     StackSet s = cur, nx;
     while (out.size() < kMaxJumpForward) {
       if (s.can_end || s.tops.empty()) break;
@@ -330,6 +353,7 @@ struct GrammarMatcher::Impl {
         if (any.Has(static_cast<uint8_t>(b))) only = b;
       }
       if (!sim.StepByte(s, static_cast<uint8_t>(only), nx)) break;
+      if (CheckOverflow()) return {};
       out.push_back(static_cast<char>(only));
       std::swap(s, nx);
     }
@@ -358,7 +382,7 @@ void GrammarMatcher::FillNextTokenMask(uint64_t* bits) { impl_->FillMask(bits); 
 
 bool GrammarMatcher::AcceptToken(TokenId id) {
   Impl& m = *impl_;
-  if (id >= m.v.vocab_size) return false;
+  if (id >= m.v.vocab_size || !m.failure.ok()) return false;
   if (m.IsEos(id)) {
     if (!m.terminated && !m.cur.can_end) return false;
     m.Push(m.cur, true);
@@ -373,9 +397,11 @@ bool GrammarMatcher::AcceptToken(TokenId id) {
 
 bool GrammarMatcher::AcceptString(std::string_view bytes) {
   Impl& m = *impl_;
+  if (!m.failure.ok()) return false;
   if (m.terminated) return bytes.empty();
   StackSet next;
-  if (!m.sim.StepBytes(m.cur, bytes, next)) return false;
+  const bool ok = m.sim.StepBytes(m.cur, bytes, next);
+  if (m.CheckOverflow() || !ok) return false;
   m.Push(std::move(next), false);
   return true;
 }
@@ -405,5 +431,6 @@ uint32_t GrammarMatcher::ShortestCompletionTokens() const {
 }
 
 bool GrammarMatcher::ForcedByBudget() const { return impl_->forced; }
+const Status& GrammarMatcher::status() const { return impl_->failure; }
 
 }  // namespace ladle::grammar

@@ -54,6 +54,10 @@ void Simulator::Visit(int32_t n) {
   if (mark_.size() <= static_cast<size_t>(n)) mark_.resize(std::max<size_t>(n + 1, mark_.size() * 2), 0);
   if (mark_[n] == stamp_) return;
   mark_[n] = stamp_;
+  if (++visited_ > max_stacks_) {
+    overflowed_ = true;
+    return;
+  }
   work_.push_back(n);
 }
 
@@ -65,8 +69,9 @@ void Simulator::Close(std::span<const int32_t> seeds, StackSet& out) {
     stamp_ = 1;
   }
   work_.clear();
+  visited_ = 0;
   for (int32_t s : seeds) Visit(s);
-  while (!work_.empty()) {
+  while (!work_.empty() && !overflowed_) {
     const int32_t n = work_.back();
     work_.pop_back();
     const StackNode node = arena_[n];

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -70,8 +71,18 @@ class Simulator {
   Arena& arena() { return arena_; }
   const Automaton& automaton() const { return a_; }
 
+  // A very ambiguous grammar can keep exponentially many distinct stacks alive (every
+  // nesting level doubling them). A closure that would visit more than `max` stacks stops
+  // and sets overflowed(); the result is then incomplete and callers must give up on it.
+  void SetMaxStacks(size_t max) { max_stacks_ = max; }
+  bool overflowed() const { return overflowed_; }
+  void ClearOverflow() { overflowed_ = false; }
+
  private:
   void Visit(int32_t n);
+  size_t max_stacks_ = SIZE_MAX;
+  bool overflowed_ = false;
+  size_t visited_ = 0;
   const Automaton& a_;
   Arena& arena_;
   std::vector<uint32_t> mark_;

@@ -52,15 +52,17 @@ StructuredMaskProvider::StructuredMaskProvider(std::shared_ptr<const CompiledCon
     s->reasoning = opts_.starts_in_reasoning && !s->waiting_trigger;
     samples_.push_back(std::move(s));
   }
+  failures_.resize(samples_.size());
 }
 
 StructuredMaskProvider::~StructuredMaskProvider() = default;
 
-StructuredMaskProvider::Sample& StructuredMaskProvider::At(int index) {
+size_t StructuredMaskProvider::Clamp(int index) const {
   // The engine only asks for indices below n; clamp rather than crash on a stray one.
-  const size_t i = std::min(static_cast<size_t>(std::max(0, index)), samples_.size() - 1);
-  return *samples_[i];
+  return std::min(static_cast<size_t>(std::max(0, index)), samples_.size() - 1);
 }
+
+StructuredMaskProvider::Sample& StructuredMaskProvider::At(int index) { return *samples_[Clamp(index)]; }
 
 bool StructuredMaskProvider::forced(int index) const {
   if (index < 0 || static_cast<size_t>(index) >= samples_.size()) return false;
@@ -118,6 +120,17 @@ void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_si
     s.forced = true;
     forced_.store(true, std::memory_order_relaxed);
   }
+  if (!s.matcher.status().ok()) {
+    std::lock_guard lk(failure_mu_);
+    std::string& f = failures_[Clamp(index)];
+    if (f.empty()) f = s.matcher.status().ToString();
+  }
+}
+
+std::string StructuredMaskProvider::Failure(int index) {
+  std::lock_guard lk(failure_mu_);
+  if (index < 0 || static_cast<size_t>(index) >= failures_.size()) return {};
+  return failures_[static_cast<size_t>(index)];
 }
 
 void StructuredMaskProvider::Accept(int index, engine::TokenId token) {

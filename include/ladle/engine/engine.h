@@ -45,6 +45,9 @@ class MaskProvider {
   virtual void FillMask(int index, uint64_t* bits, size_t vocab_size) = 0;
   // The token sampled for `index` (so the automaton advances).
   virtual void Accept(int index, TokenId token) = 0;
+  // Why sample `index` got a mask that allows nothing, if the provider knows (the request
+  // then ends with this error). Called on the scheduler thread, possibly while FillMask runs.
+  virtual std::string Failure(int index) { return {}; }
 };
 
 enum class FinishKind : uint8_t { kEos, kStopString, kStopToken, kLength, kCancelled, kError };

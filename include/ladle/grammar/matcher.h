@@ -118,6 +118,12 @@ struct MatcherOptions {
   // every token whose post-token shortest completion no longer fits is removed. Jumps larger
   // than this in a single token are not caught (they are rare; raise it for such grammars).
   uint32_t lookahead = 64;
+  // A grammar can be so ambiguous that the number of live parses grows exponentially with
+  // the input (e.g. `x ::= "(" (x | [a-z]+){0,3}` after many "("). A step that would track
+  // more than this many parse stacks fails the matcher with kResourceExhausted (status())
+  // instead of slowing every later token down without bound. JSON-Schema and tool grammars
+  // stay in the single digits.
+  size_t max_parallel_stacks = 16384;
 };
 
 class GrammarMatcher {
@@ -151,6 +157,10 @@ class GrammarMatcher {
   uint32_t ShortestCompletionTokens() const;
   // True once the budget forced the mask at least once (reported in the response).
   bool ForcedByBudget() const;
+  // OK, or why the matcher gave up (kResourceExhausted: more than max_parallel_stacks live
+  // parses). Once failed, the mask allows nothing (not even EOS) and AcceptToken and
+  // AcceptString return false, until Reset().
+  const Status& status() const;
 
   struct Impl;
 

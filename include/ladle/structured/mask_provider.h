@@ -19,12 +19,13 @@
 // then the matcher of that trigger's `after` grammar takes over, fed the rest of the token
 // that completed a text trigger. Nothing is forced before a trigger: auto may answer in text.
 //
-// Thread-safety: FillMask/Accept run on the engine's sampling thread; forced() may be read
-// from any thread.
+// Thread-safety: FillMask/Accept for one index never overlap (the engine's contract);
+// different indices may run at once. forced() and Failure() may be read from any thread.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ class StructuredMaskProvider : public engine::MaskProvider {
 
   void FillMask(int index, uint64_t* bits, size_t vocab_size) override;
   void Accept(int index, engine::TokenId token) override;
+  // The matcher's error once it gave up (a grammar too ambiguous for its stack limit).
+  std::string Failure(int index) override;
 
   // Whether the budget narrowed any sample's mask (reported in the response).
   bool forced() const { return forced_.load(std::memory_order_relaxed); }
@@ -71,12 +74,15 @@ class StructuredMaskProvider : public engine::MaskProvider {
  private:
   struct Sample;
   Sample& At(int index);
+  size_t Clamp(int index) const;
   void WatchTriggers(Sample& s, engine::TokenId token);
 
   std::shared_ptr<const CompiledConstraint> constraint_;
   MaskOptions opts_;
   std::vector<std::unique_ptr<Sample>> samples_;
   std::atomic<bool> forced_{false};
+  std::mutex failure_mu_;
+  std::vector<std::string> failures_;  // per sample, under failure_mu_
   grammar::MatcherOptions matcher_opts_;
   size_t max_trigger_text_ = 0;
 };

@@ -520,6 +520,11 @@ class Nothing : public MaskProvider {
   void Accept(int, TokenId) override {}
 };
 
+class NothingBecause : public Nothing {
+ public:
+  std::string Failure(int index) override { return "grammar gave up on sample " + std::to_string(index); }
+};
+
 TEST_F(EngineRuntime, MaskAllowingNothingFinishesWithAnError) {
   auto h = Make(FixedConfig(true));
   Collector c(1);
@@ -529,6 +534,13 @@ TEST_F(EngineRuntime, MaskAllowingNothingFinishesWithAnError) {
   auto r = c.results()[0];
   EXPECT_EQ(r.finish, FinishKind::kError);
   EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(r.error, "no token allowed by the mask");
+  // The provider's own reason, when it has one, is the request's error.
+  Collector c2(1);
+  ASSERT_TRUE(h.engine->Submit({Prompt(5, 2), p, std::make_shared<NothingBecause>()}, c2.Sink()).ok());
+  ASSERT_TRUE(c2.Wait());
+  EXPECT_EQ(c2.results()[0].finish, FinishKind::kError);
+  EXPECT_EQ(c2.results()[0].error, "grammar gave up on sample 0");
 }
 
 TEST_F(EngineRuntime, CancelFreesBlocksAtOnce) {

@@ -221,6 +221,49 @@ TEST(Matcher, EmptyLanguageAllowsNothing) {
   EXPECT_FALSE(m.AcceptToken(0));
 }
 
+// `list` after k "(" can be in 3^k distinct repetition states: the live parses grow
+// exponentially. The matcher gives up with kResourceExhausted at max_parallel_stacks instead of
+// slowing every later token down without bound, allows nothing from then on, and Reset()
+// recovers. A limit this grammar never reaches changes nothing.
+TEST(Matcher, ExponentiallyAmbiguousGrammarFailsAtTheStackLimit) {
+  auto vocab = testing::SmallVocab();
+  auto g = EbnfGrammar("root ::= list\nlist ::= \"(\" (item (\" \" item)*){0,3}\nitem ::= list | \"\"[a-c]+\n");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto cg = CompiledGrammar::Compile(*g, vocab);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  const TokenId open = 4, a = 0;
+  ASSERT_EQ(vocab->TokenBytes(open), "(");
+  for (size_t limit : {size_t{512}, size_t{4096}}) {
+    GrammarMatcher m(*cg, MatcherOptions{.max_parallel_stacks = limit});
+    int accepted = 0;
+    for (; accepted < 200; ++accepted) {
+      if (!m.AcceptToken(accepted % 3 == 2 ? a : open)) break;
+    }
+    ASSERT_LT(accepted, 200) << "limit " << limit << " never reached";
+    EXPECT_EQ(m.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(m.status().message().find("too ambiguous"), std::string::npos) << m.status().message();
+    EXPECT_EQ(testing::Count(Mask(m, vocab->vocab_size())), 0u);
+    EXPECT_FALSE(m.AcceptToken(open));
+    EXPECT_FALSE(m.AcceptString("("));
+    EXPECT_EQ(m.FindJumpForwardString(), "");
+    m.Reset();
+    EXPECT_TRUE(m.status().ok());
+    EXPECT_TRUE(m.AcceptToken(open));
+  }
+  // A larger limit lets more of the input through before failing.
+  auto depth = [&](size_t limit) {
+    GrammarMatcher m(*cg, MatcherOptions{.max_parallel_stacks = limit});
+    int k = 0;
+    while (k < 200 && m.AcceptToken(k % 3 == 2 ? a : open)) ++k;
+    return k;
+  };
+  EXPECT_LT(depth(512), depth(8192));
+  // JSON never gets near the default limit.
+  GrammarMatcher json(*CompiledGrammar::Compile(testing::JsonGrammar(), vocab));
+  EXPECT_TRUE(json.AcceptString("{\"a\": [[[[[[[[[[1, {\"b\": [null, \"x\"]}]]]]]]]]]]}"));
+  EXPECT_TRUE(json.status().ok());
+}
+
 // The real DeepSeek vocabulary: every one of the 129,280 ids checked against AcceptToken and
 // the reference recognizer at a few points of a JSON document.
 TEST(Matcher, DeepSeekVocabMatchesBruteForce) {

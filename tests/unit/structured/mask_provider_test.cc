@@ -59,6 +59,33 @@ TEST(MaskProvider, ConstrainsFromTheFirstTokenWithoutReasoning) {
   EXPECT_FALSE(p.forced());
 }
 
+// A user grammar whose live parses grow exponentially: the matcher gives up at its stack limit,
+// the mask then allows nothing (so the engine ends the request), and Failure() says why, for
+// that sample only.
+TEST(MaskProvider, TooAmbiguousGrammarReportsItsFailure) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kEbnf;
+  spec.payload = "root ::= list\nlist ::= \"(\" (item (\" \" item)*){0,3}\nitem ::= list | \"\"[a-z]+\n";
+  auto c = CompileLocally(spec, testing_vocab::ByteVocabulary(kVocab), {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  MaskOptions o;
+  o.n = 2;
+  o.max_tokens = 1000;
+  StructuredMaskProvider p(*c, o);
+  int k = 0;
+  for (; k < 1000; ++k) {
+    Mask m = Fill(p, 0);
+    const uint32_t t = ByteToken(k % 3 == 2 ? 'a' : '(');
+    if (!m.Has(t)) break;
+    p.Accept(0, t);
+  }
+  ASSERT_LT(k, 1000);
+  EXPECT_EQ(Fill(p, 0).Count(), 0u);
+  EXPECT_NE(p.Failure(0).find("too ambiguous"), std::string::npos) << p.Failure(0);
+  EXPECT_EQ(p.Failure(1), "");
+  EXPECT_TRUE(Fill(p, 1).Has(ByteToken('(')));
+}
+
 TEST(MaskProvider, ThinkingTriggerByTokenId) {
   MaskOptions o;
   o.max_tokens = 100;
