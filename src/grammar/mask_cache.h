@@ -47,8 +47,17 @@ struct MaskEntry {
   }
 };
 
-// The classification itself (no caching): a walk of the whole token trie from `state`.
-MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
+// Which tokens a classification covers. A state's class of the short tokens (at most
+// kShortTokenBytes) depends only on what lies within that many bytes of it, so it is shared
+// between far more states (every count of `char{0,500}` but the last few, say) than a class
+// of all tokens could be; the few long tokens are classified per state and merged in.
+enum class TokenSpan : uint8_t { kAll, kShort, kLong };
+
+// The classification itself (no caching): a walk of the token trie from `state` (classify.cc).
+MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state,
+                        TokenSpan span = TokenSpan::kAll);
+// The entry of the union of two disjoint token spans' entries of one state.
+MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const MaskEntry& y);
 
 class MaskCache {
  public:
@@ -67,8 +76,9 @@ class MaskCache {
 };
 
 // A digest of everything a token can see from `state`: the sub-automaton within
-// `max_bytes` bytes (the longest token) of it — transitions, calls and acceptance, with edges
-// leaving that horizon marked but not followed — independent of state numbering. Two states
+// `max_bytes` bytes (the longest token) of it — transitions, calls, acceptance and each
+// state's shortest completion, with edges leaving that horizon marked but not followed —
+// independent of state numbering. Two states
 // with equal keys classify every token alike, so the states of `char{0,255}` that are more
 // than a token away from the bound share one entry, and so do identical string bodies of
 // different grammars. Returns false when the horizon holds too many states to hash.

@@ -36,6 +36,31 @@ struct TokenVocabulary::Impl {
   size_t max_token_len = 0;
   size_t words() const { return (vocab_size + 63) / 64; }
 
+  // Tokens longer than this are "long" (TokenSpan, mask_cache.h): 912 of DeepSeek V3's
+  // 128k are. long_pos lists their sorted positions in order, long_lcp the common prefix
+  // of each with the previous long token.
+  static constexpr size_t kShortTokenBytes = 16;
+  std::vector<uint32_t> long_pos;
+  std::vector<uint16_t> long_lcp;
+
+  // Summaries of the larger trie nodes, for the classifier's bulk acceptance: the node of
+  // prefix SortedBytes(i)[0, d) with i its first position (d in lcp[i] + 1 .. lcp[i] +
+  // node_count[i]) is node_sets[node_first[i] + d - lcp[i] - 1]: its group end and every
+  // byte at depth >= d below it. A state that loops on all those bytes accepts the whole
+  // group without walking it. Only nodes of at least kMinSummaryTokens tokens are kept.
+  static constexpr uint32_t kMinSummaryTokens = 8;
+  struct NodeSummary {
+    ByteSet below;
+    uint32_t end = 0;
+  };
+  std::vector<NodeSummary> node_sets;
+  std::vector<uint32_t> node_first;  // by sorted position
+  std::vector<uint8_t> node_count;   // by sorted position
+  const NodeSummary* Summary(uint32_t i, size_t depth) const {
+    const size_t k = depth - lcp[i] - 1;  // depth > lcp[i] at a node's first position
+    return depth > lcp[i] && k < node_count[i] ? &node_sets[node_first[i] + k] : nullptr;
+  }
+
   // The first position after `i` whose token does not start with the first `len` bytes of
   // token i: the end of i's group at depth len (tokens sharing a prefix are contiguous).
   uint32_t GroupEnd(uint32_t i, size_t len) const {

@@ -12,6 +12,8 @@ namespace ladle::grammar {
 
 namespace {
 
+void BuildNodeSummaries(TokenVocabulary::Impl& v);
+
 Status BuildTrie(TokenVocabulary::Impl& v) {
   v.position.assign(v.vocab_size, UINT32_MAX);
   v.sorted.clear();
@@ -59,7 +61,81 @@ Status BuildTrie(TokenVocabulary::Impl& v) {
     }
     open.push_back(static_cast<uint32_t>(j));
   }
+  BuildNodeSummaries(v);
+  v.long_pos.clear();
+  v.long_lcp.clear();
+  std::string_view prev;
+  for (uint32_t j = 0; j < n; ++j) {
+    std::string_view t = v.SortedBytes(j);
+    if (t.size() <= TokenVocabulary::Impl::kShortTokenBytes) continue;
+    size_t k = 0;
+    while (k < prev.size() && k < t.size() && prev[k] == t[k]) ++k;
+    v.long_pos.push_back(j);
+    v.long_lcp.push_back(static_cast<uint16_t>(k));
+    prev = t;
+  }
   return Status::Ok();
+}
+
+// One pass in sorted order with a stack of open nodes (one per depth of the current token):
+// each token ORs its suffix bytes into the nodes of its prefixes; a node closes when a later
+// token's lcp drops below its depth, and is kept if its group is large enough.
+void BuildNodeSummaries(TokenVocabulary::Impl& v) {
+  using Impl = TokenVocabulary::Impl;
+  struct Open {
+    uint32_t first;
+    ByteSet below;
+  };
+  struct Closed {
+    uint32_t first, depth;
+    Impl::NodeSummary s;
+  };
+  const auto n = static_cast<uint32_t>(v.sorted.size());
+  std::vector<Open> open;  // open[d - 1]: the node of depth d
+  std::vector<Closed> kept;
+  std::vector<ByteSet> suffix;
+  auto close_to = [&](size_t depth, uint32_t end) {
+    while (open.size() > depth) {
+      const Open& o = open.back();
+      if (end - o.first >= Impl::kMinSummaryTokens) {
+        kept.push_back({o.first, static_cast<uint32_t>(open.size()), {o.below, end}});
+      }
+      open.pop_back();
+    }
+  };
+  for (uint32_t j = 0; j < n; ++j) {
+    std::string_view t = v.SortedBytes(j);
+    close_to(std::min<size_t>(v.lcp[j], open.size()), j);
+    while (open.size() < t.size()) open.push_back({j, ByteSet{}});
+    // suffix[d] = the bytes of t[d..].
+    suffix.assign(t.size() + 1, ByteSet{});
+    for (size_t d = t.size(); d-- > 0;) {
+      suffix[d] = suffix[d + 1];
+      suffix[d].Set(static_cast<uint8_t>(t[d]));
+    }
+    for (size_t d = 1; d <= t.size(); ++d) {
+      for (int w = 0; w < 4; ++w) open[d - 1].below.bits[w] |= suffix[d].bits[w];
+    }
+  }
+  close_to(0, n);
+  std::sort(kept.begin(), kept.end(),
+            [](const Closed& a, const Closed& b) { return a.first != b.first ? a.first < b.first : a.depth < b.depth; });
+  v.node_sets.clear();
+  v.node_first.assign(n, 0);
+  v.node_count.assign(n, 0);
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const Closed& c = kept[k];
+    // Depths kept at one position are consecutive from lcp + 1 (a deeper node of the same
+    // first position is never larger); a gap (not expected) ends the run.
+    if (v.node_count[c.first] == 0) {
+      if (c.depth != v.lcp[c.first] + 1u) continue;
+      v.node_first[c.first] = static_cast<uint32_t>(v.node_sets.size());
+    } else if (c.depth != v.lcp[c.first] + 1u + v.node_count[c.first] || v.node_count[c.first] == 255) {
+      continue;
+    }
+    v.node_sets.push_back(c.s);
+    ++v.node_count[c.first];
+  }
 }
 
 uint64_t Digest(const TokenVocabulary::Impl& v) {

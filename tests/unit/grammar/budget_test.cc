@@ -214,6 +214,16 @@ TEST(Budget, NarrowingIsExactByBruteForce) {
   auto cg = CompiledGrammar::Compile(*g, v);
   ASSERT_TRUE(cg.ok());
   ExpectExactNarrowing(*cg, 12, 8);
+  // A long counted run: its states look alike within a token's reach (the cache shares their
+  // token classes) but are different distances from the end, which the budget must see.
+  GrammarBuilder c;
+  RuleId run = c.AddRule("run", c.Seq({c.Literal("["), c.Repeat(c.Alt({c.Literal("a"), c.Literal("12345")}), 30, 45),
+                                      c.Literal("]")}));
+  auto gr = c.Build(run);
+  ASSERT_TRUE(gr.ok());
+  auto cr = CompiledGrammar::Compile(*gr, v);
+  ASSERT_TRUE(cr.ok());
+  ExpectExactNarrowing(*cr, 6, 9);
 }
 
 TEST(Budget, DeepSeekVocabCloses) {

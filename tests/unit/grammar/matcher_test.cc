@@ -69,8 +69,24 @@ std::vector<uint64_t> CheckStep(const std::shared_ptr<const CompiledGrammar>& cg
   return bits;
 }
 
-void RandomWalks(const Grammar& g, int walks, int steps, uint32_t seed) {
-  auto vocab = testing::SmallVocab();
+// SmallVocab plus tokens longer than kShortTokenBytes (classified per state and merged with
+// the shared short-token entry) and trie nodes of 8+ tokens (bulk acceptance), including
+// long runs that cross string and array boundaries.
+std::shared_ptr<const TokenVocabulary> LongVocab() {
+  std::vector<std::string> t = testing::SmallTokens();
+  t.resize(testing::kNumTokens);  // keep the small vocabulary's ids (specials, EOS) in place
+  for (const char* x : {"aaaaaaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaaa\"", "abcabcabcabcabcabcabc", "abcabcabcabcabcabc\",",
+                        "                    ", "                  \n", "1234567890123456789", "[1, 2, 3, 4, 5, 6, 7, 8]",
+                        "{\"a\": \"bbbbbbbbbbbbbbbb\"}", "\", \"aaaaaaaaaaaaaaaa", "a1", "a2", "a3", "a4", "a5", "a6", "a7",
+                        "a8", "a9", "ac", "aca", "acab", "b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8", "b9", "bb",
+                        "bbb", "bbbb", "bbbbbbbb", "bbbbbbbbbbbbbbbbbb\"}"}) {
+    t.emplace_back(x);
+  }
+  return *TokenVocabulary::FromTokens(t, {testing::kSpecialA, testing::kSpecialB}, {testing::kEos}, t.size() + 5);
+}
+
+void RandomWalks(const Grammar& g, int walks, int steps, uint32_t seed,
+                 std::shared_ptr<const TokenVocabulary> vocab = testing::SmallVocab()) {
   auto cg = CompiledGrammar::Compile(g, vocab);
   ASSERT_TRUE(cg.ok()) << cg.status().ToString();
   auto ref = ReferenceRecognizer::Create(g);
@@ -102,6 +118,15 @@ void RandomWalks(const Grammar& g, int walks, int steps, uint32_t seed) {
 }
 
 TEST(Matcher, JsonMasksMatchBruteForce) { RandomWalks(testing::JsonGrammar(), 12, 30, 1); }
+
+TEST(Matcher, LongTokensAndBulkGroupsMatchBruteForce) {
+  RandomWalks(testing::JsonGrammar(), 12, 30, 11, LongVocab());
+  RandomWalks(testing::StringHeavyGrammar(), 8, 25, 12, LongVocab());
+  GrammarBuilder b;
+  RuleId r = b.AddRule("r", b.Seq({b.Literal("\""), b.Repeat(b.ByteRange('a', 'c'), 3, 30), b.Literal("\""),
+                                  b.Optional(b.Literal(", "))}));
+  RandomWalks(*b.Build(r), 10, 25, 13, LongVocab());
+}
 
 TEST(Matcher, StringHeavyMasksMatchBruteForce) { RandomWalks(testing::StringHeavyGrammar(), 8, 25, 2); }
 
@@ -291,7 +316,9 @@ TEST(Matcher, DeepSeekVocabMatchesBruteForce) {
       const bool bit = Bit(bits, id);
       allowed += bit;
       bool accepted = m.AcceptToken(id);
-      if (accepted) ASSERT_TRUE(m.Rollback(1).ok());
+      if (accepted) {
+        ASSERT_TRUE(m.Rollback(1).ok());
+      }
       ASSERT_EQ(bit, accepted) << "id " << id << " prefix '" << prefix << "'";
       std::string_view bytes = (*vocab)->TokenBytes(id);
       bool expect = id == 1 ? ref->Matches(prefix)

@@ -1,0 +1,369 @@
+// Token classification of one DFA state (mask_cache.h): a walk of the token trie through a
+// lazily built DFA over closed stack sets, with whole groups accepted at once where the state
+// loops on every byte below a trie node. The walk can cover every token, only the short ones
+// (whose class is shared between states alike within kShortTokenBytes) or only the long ones.
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "mask_cache.h"
+#include "matcher_sim.h"
+
+namespace ladle::grammar {
+
+namespace {
+
+// Past this many accepted tokens off the commonest completion length, an entry carries no
+// budget data (the matcher walks its tokens when the budget is tight).
+constexpr size_t kMaxBudgetExceptions = 16384;
+
+// The classifier's view of the pushdown automaton as a lazily built DFA over closed stack
+// sets: inside one frame the same few sets recur at every trie depth, so each trie step is
+// a table lookup after the first time. Past kMaxSets the table stops growing and steps
+// are simulated directly.
+class SetDfa {
+ public:
+  static constexpr int32_t kDead = -1;
+  static constexpr int32_t kUnknown = -2;
+  static constexpr size_t kMaxSets = 4096;
+
+  SetDfa(const Automaton& a) : sim_(a, arena_) { sim_.SetMaxStacks(kMaxStacks); }
+  // The classification is incomplete past this many stacks in one closure (see Simulator).
+  static constexpr size_t kMaxStacks = 4096;
+  bool overflowed() const { return sim_.overflowed(); }
+
+  int32_t Start(int32_t state) {
+    const int32_t root = arena_.Intern(sim_.automaton(), state, kBarrier);
+    StackSet s;
+    sim_.Close(std::span<const int32_t>(&root, 1), s);
+    return Intern(std::move(s));
+  }
+  bool Barrier(int32_t set) const { return sets_[set].barrier; }
+  // Whether Step(set, b) == set for every b in `bytes` (memoised per set and byte).
+  bool LoopsOn(int32_t set, const ByteSet& bytes) {
+    if (loop_known_.size() < sets_.size()) {
+      loop_known_.resize(sets_.size());
+      loop_yes_.resize(sets_.size());
+    }
+    for (int w = 0; w < 4; ++w) {
+      // Bytes already known not to loop: no.
+      if (bytes.bits[w] & loop_known_[set].bits[w] & ~loop_yes_[set].bits[w]) return false;
+    }
+    for (int w = 0; w < 4; ++w) {
+      uint64_t todo = bytes.bits[w] & ~loop_known_[set].bits[w];
+      while (todo) {
+        const int b = w * 64 + __builtin_ctzll(todo);
+        todo &= todo - 1;
+        const bool loops = Step(set, static_cast<uint8_t>(b)) == set;
+        // Step may grow sets_ (and so these vectors' owners): index again after it.
+        if (loop_known_.size() < sets_.size()) {
+          loop_known_.resize(sets_.size());
+          loop_yes_.resize(sets_.size());
+        }
+        loop_known_[set].Set(static_cast<uint8_t>(b));
+        if (!loops) return false;
+        loop_yes_[set].Set(static_cast<uint8_t>(b));
+      }
+    }
+    return true;
+  }
+  // Shortest completion of the frame from this set: 0 if it can pop here, else the best top.
+  uint32_t Short(int32_t set) {
+    if (short_.size() < sets_.size()) short_.resize(sets_.size(), kUnset);
+    uint32_t& d = short_[set];
+    if (d == kUnset) d = sets_[set].barrier ? 0 : sim_.Shortest(sets_[set]);
+    return d;
+  }
+  int32_t Step(int32_t set, uint8_t b) {
+    if (static_cast<size_t>(set) < memo_rows_) {
+      const size_t slot = static_cast<size_t>(set) * 256 + b;
+      if (trans_[slot] != kUnknown) return trans_[slot];
+      // Compute() may grow trans_ (Intern), so no reference into it may live across the call.
+      const int32_t t = Compute(set, b);
+      trans_[slot] = t;
+      return t;
+    }
+    return Compute(set, b);
+  }
+
+ private:
+  int32_t Compute(int32_t set, uint8_t b) {
+    StackSet out;
+    if (!sim_.StepByte(sets_[set], b, out)) return kDead;
+    return Intern(std::move(out));
+  }
+  int32_t Intern(StackSet s) {
+    std::string key(reinterpret_cast<const char*>(s.tops.data()), s.tops.size() * sizeof(int32_t));
+    key.push_back(static_cast<char>(s.barrier | (s.can_end << 1)));
+    auto [it, fresh] = index_.try_emplace(std::move(key), static_cast<int32_t>(sets_.size()));
+    if (fresh) {
+      sets_.push_back(std::move(s));
+      if (sets_.size() <= kMaxSets) {
+        trans_.resize(sets_.size() * 256, kUnknown);
+        memo_rows_ = sets_.size();
+      }
+    }
+    return it->second;
+  }
+
+  static constexpr uint32_t kUnset = kInfDist - 1;
+  Arena arena_;
+  Simulator sim_;
+  std::vector<StackSet> sets_;
+  std::vector<uint32_t> short_;
+  std::vector<ByteSet> loop_known_, loop_yes_;
+  std::unordered_map<std::string, int32_t> index_;
+  std::vector<int32_t> trans_;
+  size_t memo_rows_ = 0;
+};
+
+
+// Accepted tokens with their post-token completion lengths, before they become an entry.
+struct Accepted {
+  std::vector<TokenId> ids;
+  std::vector<uint32_t> after;  // parallel to ids
+};
+
+void AddUncertain(MaskEntry& e, uint32_t begin, uint32_t end) {
+  if (!e.uncertain.empty() && e.uncertain.back().second == begin) {
+    e.uncertain.back().second = end;
+  } else {
+    e.uncertain.push_back({begin, end});
+  }
+  e.uncertain_count += end - begin;
+}
+
+// The short (or every) token walk over the sorted trie.
+void WalkSorted(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, TokenSpan span, Accepted& acc,
+                MaskEntry& e) {
+  const size_t max_len = span == TokenSpan::kShort ? TokenVocabulary::Impl::kShortTokenBytes : SIZE_MAX;
+  std::vector<int32_t> lv(1, start);
+  std::vector<uint8_t> anyb(1, 0);  // anyb[d]: the frame could pop before byte d
+  const size_t n = v.sorted.size();
+  size_t valid = 0;  // lv[0..valid] hold the prefix of the last token walked
+  for (size_t i = 0; i < n;) {
+    std::string_view tok = v.SortedBytes(static_cast<uint32_t>(i));
+    const size_t len = tok.size();
+    if (len > max_len) {
+      // Not ours; the next token shares with the last walked one at most what it shares
+      // with this one.
+      valid = std::min<size_t>(valid, v.lcp[i]);
+      ++i;
+      continue;
+    }
+    if (lv.size() < len + 1) {
+      lv.resize(len + 1);
+      anyb.resize(len + 1);
+    }
+    size_t p = std::min<size_t>(v.lcp[i], valid);
+    size_t bulk_end = 0;
+    for (; p < len; ++p) {
+      anyb[p + 1] = anyb[p] || dfa.Barrier(lv[p]);
+      lv[p + 1] = dfa.Step(lv[p], static_cast<uint8_t>(tok[p]));
+      if (lv[p + 1] == SetDfa::kDead) break;
+      // Entering a large node at its first token: if the state loops on every byte below
+      // it, every token of the group is accepted and ends in this very state.
+      if (const auto* ns = v.Summary(static_cast<uint32_t>(i), p + 1); ns && dfa.LoopsOn(lv[p + 1], ns->below)) {
+        bulk_end = ns->end;
+        ++p;
+        break;
+      }
+    }
+    if (bulk_end) {
+      const uint32_t d = dfa.Short(lv[p]);
+      for (size_t j = i; j < bulk_end; ++j) {
+        if (v.sorted_off[j + 1] - v.sorted_off[j] > max_len) continue;
+        acc.ids.push_back(v.sorted[j]);
+        acc.after.push_back(d);
+      }
+      // Levels 0..p hold the group's common prefix, which is all a later token can share.
+      valid = p;
+      i = bulk_end;
+      continue;
+    }
+    if (p == len) {
+      acc.ids.push_back(v.sorted[i]);
+      acc.after.push_back(dfa.Short(lv[len]));
+      valid = len;
+      ++i;
+      continue;
+    }
+    // Dead at byte p without popping: every token sharing tok[0..p] fails the same way, and
+    // is uncertain if the frame could have popped before. (Long tokens in such a group
+    // are listed too; the runtime walk simulates them, which is merely extra work.)
+    valid = p;
+    const uint32_t end = v.GroupEnd(static_cast<uint32_t>(i), p + 1);
+    if (anyb[p + 1]) AddUncertain(e, static_cast<uint32_t>(i), end);
+    i = end;
+  }
+}
+
+// The long tokens only: few (about 900 of DeepSeek's 128k), in their own sorted list.
+void WalkLong(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, Accepted& acc, MaskEntry& e) {
+  std::vector<int32_t> lv(1, start);
+  std::vector<uint8_t> anyb(1, 0);
+  const size_t n = v.long_pos.size();
+  size_t valid = 0;
+  for (size_t k = 0; k < n;) {
+    const uint32_t i = v.long_pos[k];
+    std::string_view tok = v.SortedBytes(i);
+    const size_t len = tok.size();
+    if (lv.size() < len + 1) {
+      lv.resize(len + 1);
+      anyb.resize(len + 1);
+    }
+    size_t p = std::min<size_t>(v.long_lcp[k], valid);
+    for (; p < len; ++p) {
+      anyb[p + 1] = anyb[p] || dfa.Barrier(lv[p]);
+      lv[p + 1] = dfa.Step(lv[p], static_cast<uint8_t>(tok[p]));
+      if (lv[p + 1] == SetDfa::kDead) break;
+    }
+    if (p == len) {
+      acc.ids.push_back(v.sorted[i]);
+      acc.after.push_back(dfa.Short(lv[len]));
+      valid = len;
+      ++k;
+      continue;
+    }
+    valid = p;
+    // Every later long token sharing tok[0..p] dies the same way.
+    const bool uncertain = anyb[p + 1];
+    do {
+      if (uncertain) AddUncertain(e, v.long_pos[k], v.long_pos[k] + 1);
+      ++k;
+    } while (k < n && v.long_lcp[k] > p);
+  }
+}
+
+// Budget data and the accepted set's representation.
+void FinishEntry(const TokenVocabulary::Impl& v, Accepted acc, MaskEntry& e) {
+  e.accepted_count = acc.ids.size();
+  if (!acc.ids.empty()) {
+    // The commonest completion is the base; the others are listed, unless there are so many
+    // that the list would cost more than a walk. Few distinct lengths per state (usually one
+    // to three): a short list beats a map.
+    std::vector<std::pair<uint32_t, size_t>> freq;
+    for (uint32_t d : acc.after) {
+      auto it = std::find_if(freq.begin(), freq.end(), [d](const auto& f) { return f.first == d; });
+      if (it == freq.end()) {
+        freq.push_back({d, 1});
+      } else {
+        ++it->second;
+      }
+    }
+    auto top = std::max_element(freq.begin(), freq.end(), [](auto& x, auto& y) { return x.second < y.second; });
+    e.budget_base = top->first;
+    e.budget_min = std::min_element(freq.begin(), freq.end())->first;
+    const size_t others = acc.ids.size() - top->second;
+    if (others > kMaxBudgetExceptions) {
+      e.budget_known = false;
+    } else {
+      e.budget_exceptions.reserve(others);
+      for (size_t k = 0; k < acc.ids.size(); ++k) {
+        if (acc.after[k] != e.budget_base) e.budget_exceptions.push_back({acc.ids[k], acc.after[k]});
+      }
+      std::sort(e.budget_exceptions.begin(), e.budget_exceptions.end());
+    }
+  }
+  if (acc.ids.size() * 32 >= v.vocab_size) {
+    e.accepted_bits.assign(v.words(), 0);
+    for (TokenId id : acc.ids) e.accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
+  } else {
+    std::sort(acc.ids.begin(), acc.ids.end());
+    e.accepted_ids = std::move(acc.ids);
+  }
+}
+
+MaskEntry AllUncertain(const TokenVocabulary::Impl& v) {
+  MaskEntry all;
+  all.uncertain.push_back({0, static_cast<uint32_t>(v.sorted.size())});
+  all.uncertain_count = v.sorted.size();
+  return all;
+}
+
+}  // namespace
+
+MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, TokenSpan span) {
+  SetDfa dfa(a);
+  const int32_t start = dfa.Start(state);
+  Accepted acc;
+  MaskEntry e;
+  if (span == TokenSpan::kLong) {
+    WalkLong(dfa, v, start, acc, e);
+  } else {
+    WalkSorted(dfa, v, start, span, acc, e);
+  }
+  // Too ambiguous to classify from one frame: every token is left to the runtime walk,
+  // which simulates against the real stacks (under the matcher's own stack limit).
+  if (dfa.overflowed()) return AllUncertain(v);
+  FinishEntry(v, std::move(acc), e);
+  return e;
+}
+
+MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const MaskEntry& y) {
+  MaskEntry e;
+  std::vector<uint64_t> bits(v.words(), 0);
+  x.OrInto(bits.data());
+  y.OrInto(bits.data());
+  e.accepted_count = x.accepted_count + y.accepted_count;  // disjoint token sets
+  if (e.accepted_count * 32 >= v.vocab_size) {
+    e.accepted_bits = std::move(bits);
+  } else {
+    e.accepted_ids.reserve(e.accepted_count);
+    for (size_t w = 0; w < bits.size(); ++w) {
+      for (uint64_t b = bits[w]; b; b &= b - 1) e.accepted_ids.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(b)));
+    }
+  }
+  e.uncertain = x.uncertain;
+  e.uncertain.insert(e.uncertain.end(), y.uncertain.begin(), y.uncertain.end());
+  std::sort(e.uncertain.begin(), e.uncertain.end());
+  size_t k = 0;
+  for (size_t i = 0; i < e.uncertain.size(); ++i) {
+    if (k > 0 && e.uncertain[i].first <= e.uncertain[k - 1].second) {
+      e.uncertain[k - 1].second = std::max(e.uncertain[k - 1].second, e.uncertain[i].second);
+    } else {
+      e.uncertain[k++] = e.uncertain[i];
+    }
+  }
+  e.uncertain.resize(k);
+  e.uncertain_count = 0;
+  for (auto [b, end] : e.uncertain) e.uncertain_count += end - b;
+  // Budget: the larger side's base; the other side's tokens off that base are exceptions.
+  const MaskEntry& big = x.accepted_count >= y.accepted_count ? x : y;
+  const MaskEntry& small = &big == &x ? y : x;
+  e.budget_known = x.budget_known && y.budget_known;
+  e.budget_base = big.budget_base;
+  e.budget_min = big.accepted_count == 0 ? small.budget_min
+                 : small.accepted_count == 0 ? big.budget_min
+                                             : std::min(big.budget_min, small.budget_min);
+  if (e.budget_known && small.accepted_count > 0) {
+    e.budget_exceptions = big.budget_exceptions;
+    auto add = [&](TokenId t, uint32_t d) {
+      if (d != e.budget_base) e.budget_exceptions.push_back({t, d});
+    };
+    std::vector<uint64_t> listed(v.words(), 0);
+    for (auto [t, d] : small.budget_exceptions) {
+      add(t, d);
+      listed[t >> 6] |= uint64_t{1} << (t & 63);
+    }
+    // The small side's base tokens: its accepted set minus its listed exceptions.
+    std::vector<uint64_t> sb(v.words(), 0);
+    small.OrInto(sb.data());
+    if (small.budget_base != e.budget_base) {
+      for (size_t w = 0; w < sb.size(); ++w) {
+        for (uint64_t b = sb[w] & ~listed[w]; b; b &= b - 1) add(static_cast<TokenId>(w * 64 + __builtin_ctzll(b)), small.budget_base);
+      }
+    }
+    std::sort(e.budget_exceptions.begin(), e.budget_exceptions.end());
+    if (e.budget_exceptions.size() > kMaxBudgetExceptions) {
+      e.budget_known = false;
+      e.budget_exceptions.clear();
+    }
+  } else if (e.budget_known) {
+    e.budget_exceptions = big.budget_exceptions;
+  }
+  if (!e.budget_known) e.budget_exceptions.clear();
+  return e;
+}
+
+}  // namespace ladle::grammar
