@@ -254,6 +254,7 @@ void FinishEntry(const TokenVocabulary::Impl& v, Accepted acc, MaskEntry& e) {
     auto top = std::max_element(freq.begin(), freq.end(), [](auto& x, auto& y) { return x.second < y.second; });
     e.budget_base = top->first;
     e.budget_min = std::min_element(freq.begin(), freq.end())->first;
+    e.budget_max = std::max_element(freq.begin(), freq.end())->first;
     const size_t others = acc.ids.size() - top->second;
     if (others > kMaxBudgetExceptions) {
       e.budget_known = false;
@@ -336,6 +337,7 @@ MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const
   e.budget_min = big.accepted_count == 0 ? small.budget_min
                  : small.accepted_count == 0 ? big.budget_min
                                              : std::min(big.budget_min, small.budget_min);
+  e.budget_max = std::max(big.accepted_count ? big.budget_max : 0, small.accepted_count ? small.budget_max : 0);
   if (e.budget_known && small.accepted_count > 0) {
     e.budget_exceptions = big.budget_exceptions;
     auto add = [&](TokenId t, uint32_t d) {

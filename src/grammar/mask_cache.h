@@ -37,7 +37,7 @@ struct MaskEntry {
   // the shortest completion below the frame, the token's completion is that plus B. Entries
   // where too many tokens differ keep budget_known = false and the matcher walks instead.
   bool budget_known = true;
-  uint32_t budget_base = 0, budget_min = 0;
+  uint32_t budget_base = 0, budget_min = 0, budget_max = 0;
   std::vector<std::pair<TokenId, uint32_t>> budget_exceptions;
 
   void OrInto(uint64_t* bits) const;

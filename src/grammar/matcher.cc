@@ -238,20 +238,50 @@ struct GrammarMatcher::Impl {
     ranges.clear();
     for (const MaskEntry* e : entries) ranges.insert(ranges.end(), e->uncertain.begin(), e->uncertain.end());
     if (entries.size() > 1) MergeRanges(ranges);
+    const bool budget = opts.budget_aware && remaining.has_value();
+    uint32_t uncertain_worst = 0;  // the largest completion an uncertain token leaves
     WalkRanges(
         sim, v, cur, ranges, levels, [&](uint32_t pos) { return HasBit(bits, v.sorted[pos]); },
-        [&](uint32_t pos, const StackSet&) { SetBit(bits, v.sorted[pos]); });
-    if (opts.budget_aware && remaining && !CheckOverflow()) ApplyBudget(bits);
+        [&](uint32_t pos, const StackSet& end) {
+          SetBit(bits, v.sorted[pos]);
+          if (budget) uncertain_worst = std::max(uncertain_worst, sim.Shortest(end));
+        });
+    if (budget && !CheckOverflow()) ApplyBudget(bits, uncertain_worst);
     // A walk that overflowed left the mask incomplete: allow nothing rather than a guess.
     if (CheckOverflow()) std::fill(bits, bits + words, 0);
   }
 
   // Keeps only tokens after which the shortest completion still fits in remaining - 1.
-  void ApplyBudget(uint64_t* bits) {
+  void ApplyBudget(uint64_t* bits, uint32_t uncertain_worst) {
     const uint32_t r = *remaining;
     const uint32_t shortest = sim.Shortest(cur);
-    if (shortest == kInfDist || static_cast<uint64_t>(r) > static_cast<uint64_t>(shortest) + opts.margin + opts.lookahead) return;
+    if (shortest == kInfDist) return;
     const uint32_t limit = r == 0 ? 0 : r - 1;
+    // Nothing to do unless some allowed token can leave more than `limit`: an upper bound
+    // from the entries' largest completions (plus the stack below), the uncertain tokens
+    // walked for the mask, and the specials. Entries without budget data fall back to
+    // starting `lookahead` tokens before the budget runs out.
+    uint64_t worst = uncertain_worst;
+    bool bounded = true;
+    for (int32_t n : cur.tops) {
+      const StackNode& node = arena[n];
+      const int32_t g = node.state;
+      if (a.HasSpecials(g)) {
+        worst = kInfDist;  // specials are rare: KeepWithin measures them exactly
+        break;
+      }
+      if (!a.HasBytes(g)) continue;
+      const MaskEntry& e = cg->impl().cache->Get(a, v, g);
+      if (e.accepted_count == 0) continue;
+      if (!e.budget_known) {
+        bounded = false;
+        break;
+      }
+      const uint64_t below = node.parent >= 0 ? arena[node.parent].dist : 0;
+      worst = std::max<uint64_t>(worst, below == kInfDist ? kInfDist : e.budget_max + below);
+    }
+    if (bounded && worst <= limit) return;
+    if (!bounded && static_cast<uint64_t>(r) > static_cast<uint64_t>(shortest) + opts.margin + opts.lookahead) return;
     std::vector<uint64_t> keep(v.words(), 0);
     uint32_t best = KeepWithin(bits, limit, keep);
     // Nothing fits (the budget was already too small): keep the tokens that get closest.

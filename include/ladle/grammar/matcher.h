@@ -108,15 +108,18 @@ class CompiledGrammar {
 struct MatcherOptions {
   // How many accepted tokens Rollback() can undo (speculative decoding drafts are <= 6).
   uint32_t max_rollback = 8;
-  // Budget-aware completion: with `remaining_tokens` set (SetRemainingTokens), once the
-  // remaining budget is within `margin` of the shortest valid completion, the mask narrows
-  // to tokens on a shortest completion path so the output always closes validly.
+  // Budget-aware completion: with SetRemainingTokens(r), every token after which the
+  // shortest valid completion (in bytes, so an upper bound in tokens) no longer fits in
+  // r - 1 is removed from the mask, so the output always closes validly. The check is exact
+  // at every step and costs nothing until some allowed token could overrun: each cached
+  // token class carries the completion length every accepted token leaves.
   bool budget_aware = true;
+  // Slack the structured-output layer keeps on top of the shortest completion when it must
+  // end reasoning early (MaskOptions::margin); the matcher itself needs none.
   uint32_t margin = 4;
-  // One token can raise the shortest completion (e.g. `{"` entering an object with many
-  // required keys), so the exact per-token check starts this much earlier than `margin`:
-  // every token whose post-token shortest completion no longer fits is removed. Jumps larger
-  // than this in a single token are not caught (they are rare; raise it for such grammars).
+  // Token classes with too many distinct completion lengths carry no budget data; where one
+  // is in use the check starts only this many tokens before the shortest completion, so a
+  // single such token that raises the completion by more than this is not caught.
   uint32_t lookahead = 64;
   // A grammar can be so ambiguous that the number of live parses grows exponentially with
   // the input (e.g. `x ::= "(" (x | [a-z]+){0,3}` after many "("). A step that would track

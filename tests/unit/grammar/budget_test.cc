@@ -112,8 +112,8 @@ TEST(Budget, OffUnlessRequested) {
   on.FillNextTokenMask(b.data());
   EXPECT_NE(a, b);
   EXPECT_TRUE(on.ForcedByBudget());
-  EXPECT_TRUE((b['1' - 0x20 >> 6] >> (('1' - 0x20) & 63)) & 1);
-  EXPECT_FALSE((b['{' - 0x20 >> 6] >> (('{' - 0x20) & 63)) & 1);
+  EXPECT_TRUE((b[('1' - 0x20) >> 6] >> (('1' - 0x20) & 63)) & 1);
+  EXPECT_FALSE((b[('{' - 0x20) >> 6] >> (('{' - 0x20) & 63)) & 1);
 }
 
 // One token can raise the shortest completion far past the margin: `{"` commits to an object
@@ -143,6 +143,30 @@ TEST(Budget, SingleTokenJumpIsCaughtBeforeTheMargin) {
   EXPECT_TRUE(allowed(40, brace_quote));  // 32 more bytes fit in 39 tokens
 }
 
+// A jump far beyond MatcherOptions::lookahead (64): `{"` commits to 200 more bytes. The check
+// is exact at every step, so with 150 tokens left the token is already gone.
+TEST(Budget, JumpsBeyondTheLookaheadAreCaughtToo) {
+  TokenId eos;
+  auto v = ByteVocab(&eos);
+  GrammarBuilder b;
+  RuleId root = b.AddRule("root", b.Alt({b.Literal("x"), b.Seq({b.Literal("{\""), b.Repeat(b.Literal("a"), 200, 200),
+                                                                b.Literal("\"}")})}));
+  auto cg = CompiledGrammar::Compile(*b.Build(root), v);
+  ASSERT_TRUE(cg.ok());
+  const TokenId brace_quote = 95 + 1;
+  auto allowed = [&](uint32_t remaining, TokenId t) {
+    GrammarMatcher m(*cg);
+    m.SetRemainingTokens(remaining);
+    std::vector<uint64_t> bits((v->vocab_size() + 63) / 64);
+    m.FillNextTokenMask(bits.data());
+    return ((bits[t >> 6] >> (t & 63)) & 1) != 0;
+  };
+  EXPECT_FALSE(allowed(150, brace_quote));
+  EXPECT_TRUE(allowed(150, 'x' - 0x20));
+  EXPECT_TRUE(allowed(203, brace_quote));  // 202 more bytes fit in 202 tokens
+  EXPECT_FALSE(allowed(202, brace_quote));
+}
+
 // The narrowed mask is exactly the allowed tokens after which the shortest completion fits,
 // by brute force: replay the prefix in a fresh matcher, accept the token, measure. The mask
 // reads completion lengths from the cached entries instead of simulating each token.
@@ -170,7 +194,7 @@ void ExpectExactNarrowing(const std::shared_ptr<const CompiledGrammar>& cg, int 
         after[k] = r.ShortestCompletionTokens();
       }
       const uint32_t shortest = m.ShortestCompletionTokens();
-      for (uint32_t remaining : {shortest + 1, shortest + 2, shortest + 5, shortest + 12}) {
+      for (uint32_t remaining : {shortest + 1, shortest + 2, shortest + 5, shortest + 12, shortest + 40, shortest + 90}) {
         GrammarMatcher b(cg);
         for (TokenId t : prefix) ASSERT_TRUE(b.AcceptToken(t));
         b.SetRemainingTokens(remaining);
@@ -186,7 +210,9 @@ void ExpectExactNarrowing(const std::shared_ptr<const CompiledGrammar>& cg, int 
         }
         for (TokenId id = 0; id < v.vocab_size(); ++id) {
           const bool in_plain = (plain[id >> 6] >> (id & 63)) & 1;
-          if (!in_plain) EXPECT_FALSE((narrowed[id >> 6] >> (id & 63)) & 1) << id;
+          if (!in_plain) {
+            EXPECT_FALSE((narrowed[id >> 6] >> (id & 63)) & 1) << id;
+          }
         }
         ++compared;
       }
