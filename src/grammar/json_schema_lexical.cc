@@ -425,7 +425,9 @@ std::optional<ExprId> Lexical::FormatContent(std::string_view f, std::string* ap
     ExprId offset = b.Alt({one_of("Zz"), b.Seq({one_of("+-"), hh, lit(":"), mm})});
     return b.Seq({hms, frac, offset});
   };
-  auto hostname = [&] {
+  // At least `min_labels` dot-separated labels (an email domain needs two, as ajv-formats and
+  // every mail system outside a LAN require).
+  auto hostname = [&](uint32_t min_labels = 1) {
     ByteSet alnum;
     alnum.SetRange('a', 'z');
     alnum.SetRange('A', 'Z');
@@ -433,7 +435,9 @@ std::optional<ExprId> Lexical::FormatContent(std::string_view f, std::string* ap
     ByteSet inner = alnum;
     inner.Set('-');
     ExprId label = b.Seq({b.Bytes(alnum), b.Optional(b.Seq({b.Repeat(b.Bytes(inner), 0, 61), b.Bytes(alnum)}))});
-    return b.Seq({label, b.Star(b.Seq({lit("."), label}))});
+    ExprId more = b.Seq({lit("."), label});
+    return b.Seq({label, min_labels > 1 ? b.Seq({b.Repeat(more, min_labels - 1, min_labels - 1), b.Star(more)})
+                                        : b.Star(more)});
   };
   auto ipv4 = [&] {
     ExprId octet = b.Alt({b.Seq({lit("25"), r('0', '5')}), b.Seq({lit("2"), r('0', '4'), d(1)}), b.Seq({lit("1"), d(2)}),
@@ -469,14 +473,14 @@ std::optional<ExprId> Lexical::FormatContent(std::string_view f, std::string* ap
     return hostname();
   }
   if (f == "email") {
-    *approx = "email: dot-atom local part and hostname domain only (no quoted local parts or IP literals), lengths unchecked";
+    *approx = "email: dot-atom local part and a domain of two or more hostname labels only (no quoted local parts or IP literals), lengths unchecked";
     ByteSet atext;
     atext.SetRange('a', 'z');
     atext.SetRange('A', 'Z');
     atext.SetRange('0', '9');
     for (char c : std::string_view("!#$%&'*+/=?^_`{|}~-")) atext.Set(static_cast<uint8_t>(c));
     ExprId word = b.Plus(b.Bytes(atext));
-    return b.Seq({word, b.Star(b.Seq({lit("."), word})), lit("@"), hostname()});
+    return b.Seq({word, b.Star(b.Seq({lit("."), word})), lit("@"), hostname(2)});
   }
   if (f == "uri") {
     *approx = "uri: scheme and the RFC 3986 character set checked, not the authority/path structure";
