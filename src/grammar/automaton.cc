@@ -23,12 +23,6 @@ using namespace automaton_internal;
 
 // ---- Subset construction -------------------------------------------------------------------
 
-struct VecHash {
-  size_t operator()(const std::vector<int32_t>& v) const {
-    return XXH3_64bits(v.data(), v.size() * sizeof(int32_t));
-  }
-};
-
 struct Dfa {
   std::array<uint8_t, 256> class_map{};
   uint16_t num_classes = 1;
@@ -46,8 +40,7 @@ class Determinizer {
   Result<Dfa> Run() {
     ComputeClasses();
     mark_.assign(nfa_.size(), 0);
-    std::vector<int32_t> s0 = Closure({nfa_.start});
-    Intern(std::move(s0));
+    InternClosure({nfa_.start});
     std::vector<std::vector<int32_t>> bucket(dfa_.num_classes);
     for (size_t d = 0; d < states_.size(); ++d) {
       LADLE_RETURN_IF_ERROR(budget_.Charge(kDfaStateBytes + dfa_.num_classes * sizeof(int32_t)));
@@ -80,17 +73,17 @@ class Determinizer {
         if (!fresh && bucket[it->second] == bucket[c]) {
           row[c] = row[it->second];
         } else {
-          row[c] = Intern(Closure(bucket[c]));
+          row[c] = InternClosure(bucket[c]);
         }
       }
       dfa_.next.insert(dfa_.next.end(), row.begin(), row.end());
       dfa_.calls.emplace_back();
       ForGroups(calls_, [&](int32_t r, const std::vector<int32_t>& targets) {
-        dfa_.calls.back().push_back({r, Intern(Closure(targets))});
+        dfa_.calls.back().push_back({r, InternClosure(targets)});
       });
       dfa_.specials.emplace_back();
       ForGroups(specials_, [&](int32_t t, const std::vector<int32_t>& targets) {
-        dfa_.specials.back().push_back({static_cast<uint32_t>(t), Intern(Closure(targets))});
+        dfa_.specials.back().push_back({static_cast<uint32_t>(t), InternClosure(targets)});
       });
     }
     return std::move(dfa_);
@@ -139,34 +132,41 @@ class Determinizer {
     }
   }
 
-  std::vector<int32_t> Closure(const std::vector<int32_t>& seeds) {
+  // The DFA state of the epsilon closure of `seeds`. The closure is built in scratch buffers
+  // and only copied when it is a new state: most rows lead back to states already built, and
+  // allocating a vector per transition (plus a second copy as the map key) was a large share
+  // of compile time.
+  int32_t InternClosure(const std::vector<int32_t>& seeds) {
     ++stamp_;
-    std::vector<int32_t> out, todo;
+    closure_.clear();
+    todo_.clear();
     for (int32_t s : seeds) {
       if (mark_[s] != stamp_) {
         mark_[s] = stamp_;
-        todo.push_back(s);
+        todo_.push_back(s);
       }
     }
-    while (!todo.empty()) {
-      int32_t s = todo.back();
-      todo.pop_back();
-      out.push_back(s);
+    while (!todo_.empty()) {
+      int32_t s = todo_.back();
+      todo_.pop_back();
+      closure_.push_back(s);
       nfa_.ForEdges(s, [&](const NfaEdge& e) {
         if (e.kind == EdgeKind::kEps && mark_[e.to] != stamp_) {
           mark_[e.to] = stamp_;
-          todo.push_back(e.to);
+          todo_.push_back(e.to);
         }
       });
     }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
-  int32_t Intern(std::vector<int32_t> set) {
-    auto [it, fresh] = index_.try_emplace(set, static_cast<int32_t>(states_.size()));
-    if (fresh) states_.push_back(std::move(set));
-    return it->second;
+    std::sort(closure_.begin(), closure_.end());
+    const uint64_t h = XXH3_64bits(closure_.data(), closure_.size() * sizeof(int32_t));
+    auto [lo, hi] = index_.equal_range(h);
+    for (auto it = lo; it != hi; ++it) {
+      if (states_[static_cast<size_t>(it->second)] == closure_) return it->second;
+    }
+    const auto id = static_cast<int32_t>(states_.size());
+    states_.push_back(closure_);
+    index_.emplace(h, id);
+    return id;
   }
 
   const Nfa& nfa_;
@@ -178,8 +178,9 @@ class Determinizer {
   std::vector<int32_t> group_;
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
-  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> index_;
+  std::unordered_multimap<uint64_t, int32_t> index_;  // closure hash -> state
   std::vector<std::vector<int32_t>> states_;
+  std::vector<int32_t> closure_, todo_;
 };
 
 // Left recursion: a unit that can call itself before consuming anything. Nullability is a
