@@ -28,6 +28,15 @@ std::shared_ptr<const TokenVocabulary> ByteVocab(TokenId* eos) {
   return *TokenVocabulary::FromTokens(toks, {}, {*eos}, toks.size() + 3);
 }
 
+// Whether token t is in the first mask with `remaining` tokens left.
+bool AllowedFirst(const std::shared_ptr<const CompiledGrammar>& cg, uint32_t remaining, TokenId t) {
+  GrammarMatcher m(cg);
+  m.SetRemainingTokens(remaining);
+  std::vector<uint64_t> bits((cg->vocab().vocab_size() + 63) / 64);
+  m.FillNextTokenMask(bits.data());
+  return ((bits[t >> 6] >> (t & 63)) & 1) != 0;
+}
+
 TEST(Budget, ShortestCompletionCountsFramesAndCalls) {
   TokenId eos;
   auto v = ByteVocab(&eos);
@@ -131,13 +140,7 @@ TEST(Budget, SingleTokenJumpIsCaughtBeforeTheMargin) {
   ASSERT_TRUE(cg.ok());
   const TokenId brace_quote = 95 + 1;  // "{\"" follows the 95 printable bytes and "\n"
   ASSERT_EQ(v->TokenBytes(brace_quote), "{\"");
-  auto allowed = [&](uint32_t remaining, TokenId t) {
-    GrammarMatcher m(*cg);
-    m.SetRemainingTokens(remaining);
-    std::vector<uint64_t> bits((v->vocab_size() + 63) / 64);
-    m.FillNextTokenMask(bits.data());
-    return ((bits[t >> 6] >> (t & 63)) & 1) != 0;
-  };
+  auto allowed = [&](uint32_t remaining, TokenId t) { return AllowedFirst(*cg, remaining, t); };
   EXPECT_FALSE(allowed(20, brace_quote));
   EXPECT_TRUE(allowed(20, 'x' - 0x20));
   EXPECT_TRUE(allowed(40, brace_quote));  // 32 more bytes fit in 39 tokens
@@ -154,13 +157,7 @@ TEST(Budget, JumpsBeyondTheLookaheadAreCaughtToo) {
   auto cg = CompiledGrammar::Compile(*b.Build(root), v);
   ASSERT_TRUE(cg.ok());
   const TokenId brace_quote = 95 + 1;
-  auto allowed = [&](uint32_t remaining, TokenId t) {
-    GrammarMatcher m(*cg);
-    m.SetRemainingTokens(remaining);
-    std::vector<uint64_t> bits((v->vocab_size() + 63) / 64);
-    m.FillNextTokenMask(bits.data());
-    return ((bits[t >> 6] >> (t & 63)) & 1) != 0;
-  };
+  auto allowed = [&](uint32_t remaining, TokenId t) { return AllowedFirst(*cg, remaining, t); };
   EXPECT_FALSE(allowed(150, brace_quote));
   EXPECT_TRUE(allowed(150, 'x' - 0x20));
   EXPECT_TRUE(allowed(203, brace_quote));  // 202 more bytes fit in 202 tokens
