@@ -139,21 +139,21 @@ class Determinizer {
   int32_t InternClosure(const std::vector<int32_t>& seeds) {
     ++stamp_;
     closure_.clear();
-    todo_.clear();
+    worklist_.clear();
     for (int32_t s : seeds) {
       if (mark_[s] != stamp_) {
         mark_[s] = stamp_;
-        todo_.push_back(s);
+        worklist_.push_back(s);
       }
     }
-    while (!todo_.empty()) {
-      int32_t s = todo_.back();
-      todo_.pop_back();
+    while (!worklist_.empty()) {
+      int32_t s = worklist_.back();
+      worklist_.pop_back();
       closure_.push_back(s);
       nfa_.ForEdges(s, [&](const NfaEdge& e) {
         if (e.kind == EdgeKind::kEps && mark_[e.to] != stamp_) {
           mark_[e.to] = stamp_;
-          todo_.push_back(e.to);
+          worklist_.push_back(e.to);
         }
       });
     }
@@ -180,7 +180,7 @@ class Determinizer {
   uint32_t stamp_ = 0;
   std::unordered_multimap<uint64_t, int32_t> index_;  // closure hash -> state
   std::vector<std::vector<int32_t>> states_;
-  std::vector<int32_t> closure_, todo_;
+  std::vector<int32_t> closure_, worklist_;
 };
 
 // Left recursion: a unit that can call itself before consuming anything. Nullability is a

@@ -50,10 +50,10 @@ class SetDfa {
       if (bytes.bits[w] & loop_known_[set].bits[w] & ~loop_yes_[set].bits[w]) return false;
     }
     for (int w = 0; w < 4; ++w) {
-      uint64_t todo = bytes.bits[w] & ~loop_known_[set].bits[w];
-      while (todo) {
-        const int b = w * 64 + __builtin_ctzll(todo);
-        todo &= todo - 1;
+      uint64_t unknown = bytes.bits[w] & ~loop_known_[set].bits[w];
+      while (unknown) {
+        const int b = w * 64 + __builtin_ctzll(unknown);
+        unknown &= unknown - 1;
         const bool loops = Step(set, static_cast<uint8_t>(b)) == set;
         // Step may grow sets_ (and so these vectors' owners): index again after it.
         if (loop_known_.size() < sets_.size()) {
