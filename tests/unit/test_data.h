@@ -34,6 +34,21 @@ inline std::string CorpusDir() {
 
 inline std::string SourceDir() { return LADLE_TEST_SOURCE_DIR; }
 
+// True in the ASan+UBSan build. Exhaustive sweeps (every token id, every code point) run
+// whole in the Release build and on a stride here: the sanitizer pass is there to catch
+// memory and UB errors on the same paths, not to repeat 100k-iteration comparisons 10x slower.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 }  // namespace ladle::testing
 
 // Skips (locally) or fails (CI) when `path` does not exist.

@@ -320,6 +320,9 @@ TEST(Matcher, DeepSeekVocabMatchesBruteForce) {
         ASSERT_TRUE(m.Rollback(1).ok());
       }
       ASSERT_EQ(bit, accepted) << "id " << id << " prefix '" << prefix << "'";
+      // The reference recognizer is the slow side: every id in Release, a stride plus every
+      // allowed id under the sanitizers (ladle::testing::kSanitized).
+      if (ladle::testing::kSanitized && !bit && id % 16 != 0) continue;
       std::string_view bytes = (*vocab)->TokenBytes(id);
       bool expect = id == 1 ? ref->Matches(prefix)
                             : !bytes.empty() && ref->IsPrefix(prefix + std::string(bytes));
