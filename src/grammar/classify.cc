@@ -317,16 +317,7 @@ MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const
   }
   e.uncertain = x.uncertain;
   e.uncertain.insert(e.uncertain.end(), y.uncertain.begin(), y.uncertain.end());
-  std::sort(e.uncertain.begin(), e.uncertain.end());
-  size_t k = 0;
-  for (size_t i = 0; i < e.uncertain.size(); ++i) {
-    if (k > 0 && e.uncertain[i].first <= e.uncertain[k - 1].second) {
-      e.uncertain[k - 1].second = std::max(e.uncertain[k - 1].second, e.uncertain[i].second);
-    } else {
-      e.uncertain[k++] = e.uncertain[i];
-    }
-  }
-  e.uncertain.resize(k);
+  MergeRanges(e.uncertain);
   e.uncertain_count = 0;
   for (auto [b, end] : e.uncertain) e.uncertain_count += end - b;
   // Budget: the larger side's base; the other side's tokens off that base are exceptions.

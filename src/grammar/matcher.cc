@@ -22,18 +22,6 @@ constexpr size_t kMaxJumpForward = 4096;
 inline void SetBit(uint64_t* bits, TokenId id) { bits[id >> 6] |= uint64_t{1} << (id & 63); }
 inline bool HasBit(const uint64_t* bits, TokenId id) { return (bits[id >> 6] >> (id & 63)) & 1; }
 
-void MergeRanges(std::vector<PosRange>& r) {
-  std::sort(r.begin(), r.end());
-  size_t k = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (k > 0 && r[i].first <= r[k - 1].second) {
-      r[k - 1].second = std::max(r[k - 1].second, r[i].second);
-    } else {
-      r[k++] = r[i];
-    }
-  }
-  r.resize(k);
-}
 }  // namespace
 
 // ---- CompiledGrammar ------------------------------------------------------------------------

@@ -93,6 +93,20 @@ class Simulator {
 
 using PosRange = std::pair<uint32_t, uint32_t>;  // [begin, end) of sorted trie positions
 
+// Sorts `r` and merges overlapping or touching ranges in place.
+inline void MergeRanges(std::vector<PosRange>& r) {
+  std::sort(r.begin(), r.end());
+  size_t k = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (k > 0 && r[i].first <= r[k - 1].second) {
+      r[k - 1].second = std::max(r[k - 1].second, r[i].second);
+    } else {
+      r[k++] = r[i];
+    }
+  }
+  r.resize(k);
+}
+
 // Walks the trie positions in `ranges` (sorted, disjoint) from `start`, sharing the simulation
 // of common prefixes with the previous simulated token and jumping over the whole group below
 // a prefix that died. Positions with skip(pos) are not simulated; done(pos, end_set) is called
