@@ -24,6 +24,8 @@
 //                        (it misorders objects whose keys other subschemas rank differently,
 //                        e.g. BFCL's anyOf of functions, so it is off by default)
 //     --failures=N       print up to N wrong verdicts / compile errors on stderr (default 20)
+//     --per-schema=PATH  one TSV line per schema: subset, name, compile CPU ms (or the error),
+//                        its memory (KiB, after the run), tokens driven, mask CPU µs total and max
 //
 // Per schema: JsonSchemaGrammar + CompiledGrammar::Compile (timed together: "compile"). Per
 // test instance: the compact serialisation in the instance's own key order (upstream already put
@@ -77,7 +79,7 @@ struct Config {
   std::string archive, data_dir, unpack_dir, tokenizer;
   std::vector<std::string> subsets;
   size_t limit = 0, sample = 0;
-  std::string json_out, svg_out;
+  std::string json_out, svg_out, per_schema;
   int cpu = -1;
   bool pin = true, eager = false, cpu_clock = false, canonical_order = false;
   double schema_seconds = 60;
@@ -113,6 +115,7 @@ bool ParseFlags(int argc, char** argv, Config* c) {
     else if (val("--sample", &v)) c->sample = std::stoul(v);
     else if (val("--json", &v)) c->json_out = v;
     else if (val("--svg", &v)) c->svg_out = v;
+    else if (val("--per-schema", &v)) c->per_schema = v;
     else if (val("--cpu", &v)) c->cpu = std::stoi(v);
     else if (val("--schema-seconds", &v)) c->schema_seconds = std::stod(v);
     else if (val("--failures", &v)) c->failures = std::stoi(v);
@@ -230,6 +233,8 @@ int main(int argc, char** argv) {
   compile_opts.eager_mask_cache = cfg.eager;
   compile_opts.max_compile_ms = cfg.compile_ms;
   const auto run_start = Clock::now();
+  std::FILE* per_schema = cfg.per_schema.empty() ? nullptr : std::fopen(cfg.per_schema.c_str(), "w");
+  if (per_schema) std::fputs("subset\tname\tcompile_cpu_ms\tkib\ttokens\tmask_cpu_us_total\tmask_cpu_us_max\n", per_schema);
   int printed_failures = 0;
   auto note_failure = [&](std::string line) {
     if (printed_failures++ < cfg.failures) std::fprintf(stderr, "  %s\n", line.c_str());
@@ -269,6 +274,10 @@ int main(int argc, char** argv) {
     const double compile_us = std::chrono::duration<double, std::micro>(Clock::now() - c0).count();
     const double compile_cpu_us = (ThreadCpuNs() - c0_cpu) / 1e3;
     if (!cg.ok()) {
+      if (per_schema) {
+        std::fprintf(per_schema, "%s\t%s\t%s\t0\t0\t0\t0\n", subset.c_str(), name.c_str(),
+                     ErrorKey(cg.status()).c_str());
+      }
       ++st.compile_errors;
       ++error_hist[ErrorKey(cg.status())];
       if (tests && tests->is_array()) {
@@ -285,6 +294,8 @@ int main(int argc, char** argv) {
     if (!report.approximations.empty()) ++st.approximated;
 
     bool schema_ok = true;
+    const size_t tokens_before = st.tokens;
+    const size_t masks_before = st.mask_cpu_ns.size();
     const ladle::bench::CanonicalOrder order(*schema);
     const auto schema_start = Clock::now();
     if (tests && tests->is_array()) {
@@ -356,6 +367,15 @@ int main(int argc, char** argv) {
       }
     }
     if (schema_ok) ++st.passing;
+    if (per_schema) {
+      double total = 0, mx = 0;
+      for (size_t k = masks_before; k < st.mask_cpu_ns.size(); ++k) {
+        total += st.mask_cpu_ns[k] / 1e3;
+        mx = std::max(mx, st.mask_cpu_ns[k] / 1e3);
+      }
+      std::fprintf(per_schema, "%s\t%s\t%.3f\t%zu\t%zu\t%.1f\t%.1f\n", subset.c_str(), name.c_str(),
+                   compile_cpu_us / 1e3, (*cg)->MemoryBytes() / 1024, st.tokens - tokens_before, total, mx);
+    }
 
   }
 
@@ -367,6 +387,7 @@ int main(int argc, char** argv) {
   rep.cpu_pinned = cfg.pin;
   rep.eager = cfg.eager;
   rep.cpu_clock = cfg.cpu_clock;
+  if (per_schema) std::fclose(per_schema);
   rep.Finish();
   std::fputs(rep.Table().c_str(), stdout);
   if (!cfg.json_out.empty() && !rep.WriteJson(cfg.json_out)) return 1;

@@ -145,6 +145,20 @@ ExprId GrammarBuilder::Seq(std::vector<ExprId> parts) {
   return Push(std::move(e));
 }
 
+ExprId GrammarBuilder::SeqThen(std::vector<ExprId> parts, ExprId rest) {
+  ExprId head = Seq(std::move(parts));
+  const Expr& r = expr(rest);
+  if (r.kind == ExprKind::kEmpty) return head;
+  const Expr& h = expr(head);
+  if (h.kind == ExprKind::kNothing || r.kind == ExprKind::kNothing) return Nothing();
+  if (h.kind == ExprKind::kEmpty) return rest;
+  Expr e{.kind = ExprKind::kSeq};
+  if (h.kind == ExprKind::kSeq) e.children = h.children;
+  else e.children.push_back(head);
+  e.children.push_back(rest);
+  return Push(std::move(e));
+}
+
 ExprId GrammarBuilder::Alt(std::vector<ExprId> alternatives) {
   std::vector<ExprId> flat;
   for (ExprId p : alternatives) {

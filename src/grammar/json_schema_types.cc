@@ -714,12 +714,14 @@ Result<ExprId> Compiler::ObjectGrammar(const Value& s, const std::string& path, 
   }
   for (size_t i = props.size(); i-- > 0;) {
     const ObjectProp& p = props[i];
+    // SeqThen: each tail is shared by the alternative starting at property i and by the tail
+    // before it (see GrammarBuilder::SeqThen).
     if (p.required) {
-      first = b_.Seq({p.kv, tail});
-      tail = b_.Seq({sep, p.kv, tail});
+      first = b_.SeqThen({p.kv}, tail);
+      tail = b_.SeqThen({sep, p.kv}, tail);
     } else {
-      first = b_.Alt({b_.Seq({p.kv, tail}), first});
-      tail = b_.Seq({b_.Optional(b_.Seq({sep, p.kv})), tail});
+      first = b_.Alt({b_.SeqThen({p.kv}, tail), first});
+      tail = b_.SeqThen({b_.Optional(b_.Seq({sep, p.kv}))}, tail);
     }
   }
   return Container('{', '}', first, empty_ok, depth);

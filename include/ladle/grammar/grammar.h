@@ -104,6 +104,10 @@ class GrammarBuilder {
   ExprId AnyCodePoint();  // any valid UTF-8 scalar value
   ExprId SpecialToken(uint32_t token_id);
   ExprId Seq(std::vector<ExprId> parts);  // flattens nested Seq; Seq{} == Empty
+  // Seq(parts..., rest) that keeps `rest` one child even when it is a Seq, so a tail shared by
+  // several sequences stays one expression (the compiler emits a shared expression once per
+  // exit state; flattening would copy it into every sequence).
+  ExprId SeqThen(std::vector<ExprId> parts, ExprId rest);
   ExprId Alt(std::vector<ExprId> alternatives);  // flattens nested Alt; Alt{} == Nothing
   ExprId Repeat(ExprId e, uint32_t min, uint32_t max);
   ExprId Optional(ExprId e) { return Repeat(e, 0, 1); }
