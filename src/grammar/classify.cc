@@ -3,6 +3,7 @@
 // loops on every byte below a trie node. The walk can cover every token, only the short ones
 // (whose class is shared between states alike within kShortTokenBytes) or only the long ones.
 #include <algorithm>
+#include <array>
 #include <string>
 #include <unordered_map>
 
@@ -74,12 +75,22 @@ class SetDfa {
     if (d == kUnset) d = sets_[set].barrier ? 0 : sim_.Shortest(sets_[set]);
     return d;
   }
+  // A byte that steps like `b` from `set` (b itself past the memo table).
+  uint8_t Rep(int32_t set, uint8_t b) const {
+    return static_cast<size_t>(set) < memo_rows_ ? rep_[static_cast<size_t>(set) * 256 + b] : b;
+  }
   int32_t Step(int32_t set, uint8_t b) {
     if (static_cast<size_t>(set) < memo_rows_) {
       const size_t slot = static_cast<size_t>(set) * 256 + b;
       if (trans_[slot] != kUnknown) return trans_[slot];
+      // Bytes in one byte class of every unit the set's tops are in step alike: compute
+      // the class's first byte once (a simulated step plus an intern costs far more than
+      // the lookup), then copy.
+      const uint8_t r = rep_[slot];
+      const size_t rslot = static_cast<size_t>(set) * 256 + r;
       // Compute() may grow trans_ (Intern), so no reference into it may live across the call.
-      const int32_t t = Compute(set, b);
+      const int32_t t = trans_[rslot] != kUnknown ? trans_[rslot] : Compute(set, r);
+      trans_[rslot] = t;
       trans_[slot] = t;
       return t;
     }
@@ -87,6 +98,39 @@ class SetDfa {
   }
 
  private:
+  // rep_[set * 256 + b]: the least byte that every top's unit puts in b's class.
+  void BuildReps(const StackSet& s) {
+    const Automaton& a = sim_.automaton();
+    const size_t base = rep_.size();
+    rep_.resize(base + 256);
+    uint8_t* rep = &rep_[base];
+    for (int b = 0; b < 256; ++b) rep[b] = 0;
+    units_.clear();
+    for (int32_t n : s.tops) {
+      const int32_t u = a.unit_of[arena_[n].state];
+      if (std::find(units_.begin(), units_.end(), u) == units_.end()) units_.push_back(u);
+    }
+    // Refine the one-block partition by each unit's classes: a byte's key is (its block so
+    // far, its class), and the first byte with a key names the new block. The key table is
+    // per thread with generation stamps (entry = generation << 8 | first byte).
+    thread_local std::vector<uint32_t> table(1 << 16, 0);
+    thread_local uint32_t gen = 0;
+    std::array<uint8_t, 256> block{};
+    for (int32_t u : units_) {
+      if (++gen == (1u << 24)) {
+        std::fill(table.begin(), table.end(), 0);
+        gen = 1;
+      }
+      const auto& cls = a.class_map[u];
+      for (int b = 0; b < 256; ++b) {
+        uint32_t& e = table[static_cast<size_t>(block[b]) << 8 | cls[b]];
+        if (e >> 8 != gen) e = gen << 8 | static_cast<uint32_t>(b);
+        block[b] = static_cast<uint8_t>(e & 0xFF);
+      }
+    }
+    for (int b = 0; b < 256; ++b) rep[b] = block[b];
+  }
+
   int32_t Compute(int32_t set, uint8_t b) {
     StackSet out;
     if (!sim_.StepByte(sets_[set], b, out)) return kDead;
@@ -97,6 +141,7 @@ class SetDfa {
     key.push_back(static_cast<char>(s.barrier | (s.can_end << 1)));
     auto [it, fresh] = index_.try_emplace(std::move(key), static_cast<int32_t>(sets_.size()));
     if (fresh) {
+      if (sets_.size() < kMaxSets) BuildReps(s);
       sets_.push_back(std::move(s));
       if (sets_.size() <= kMaxSets) {
         trans_.resize(sets_.size() * 256, kUnknown);
@@ -114,6 +159,8 @@ class SetDfa {
   std::vector<ByteSet> loop_known_, loop_yes_;
   std::unordered_map<std::string, int32_t> index_;
   std::vector<int32_t> trans_;
+  std::vector<uint8_t> rep_;  // parallel to trans_
+  std::vector<int32_t> units_;
   size_t memo_rows_ = 0;
 };
 
@@ -198,21 +245,24 @@ void WalkSorted(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, Toke
   }
 }
 
-// The long tokens only: few (about 900 of DeepSeek's 128k), in their own sorted list.
-void WalkLong(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, Accepted& acc, MaskEntry& e) {
+// One sublist in sorted order (the long tokens, about 900 of DeepSeek's 128k; or those the
+// string-body slice leaves to a walk), each sharing its common prefix with the previous one.
+// Uncertain positions are appended in order, so one list's ranges stay sorted.
+void WalkList(SetDfa& dfa, const TokenVocabulary::Impl& v, const std::vector<uint32_t>& pos,
+              const std::vector<uint16_t>& lcp, int32_t start, Accepted& acc, MaskEntry& e) {
   std::vector<int32_t> lv(1, start);
   std::vector<uint8_t> anyb(1, 0);
-  const size_t n = v.long_pos.size();
+  const size_t n = pos.size();
   size_t valid = 0;
   for (size_t k = 0; k < n;) {
-    const uint32_t i = v.long_pos[k];
+    const uint32_t i = pos[k];
     std::string_view tok = v.SortedBytes(i);
     const size_t len = tok.size();
     if (lv.size() < len + 1) {
       lv.resize(len + 1);
       anyb.resize(len + 1);
     }
-    size_t p = std::min<size_t>(v.long_lcp[k], valid);
+    size_t p = std::min<size_t>(lcp[k], valid);
     for (; p < len; ++p) {
       anyb[p + 1] = anyb[p] || dfa.Barrier(lv[p]);
       lv[p + 1] = dfa.Step(lv[p], static_cast<uint8_t>(tok[p]));
@@ -226,12 +276,12 @@ void WalkLong(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, Accept
       continue;
     }
     valid = p;
-    // Every later long token sharing tok[0..p] dies the same way.
+    // Every later listed token sharing tok[0..p] dies the same way.
     const bool uncertain = anyb[p + 1];
     do {
-      if (uncertain) AddUncertain(e, v.long_pos[k], v.long_pos[k] + 1);
+      if (uncertain) AddUncertain(e, pos[k], pos[k] + 1);
       ++k;
-    } while (k < n && v.long_lcp[k] > p);
+    } while (k < n && lcp[k] > p);
   }
 }
 
@@ -290,7 +340,7 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
   Accepted acc;
   MaskEntry e;
   if (span == TokenSpan::kLong) {
-    WalkLong(dfa, v, start, acc, e);
+    WalkList(dfa, v, v.long_pos, v.long_lcp, start, acc, e);
   } else {
     WalkSorted(dfa, v, start, span, acc, e);
   }
@@ -299,6 +349,252 @@ MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int3
   if (dfa.overflowed()) return AllUncertain(v);
   FinishEntry(v, std::move(acc), e);
   return e;
+}
+
+namespace {
+
+constexpr uint32_t kUnsetDist = kInfDist - 1;
+using BodyShorts = std::array<uint32_t, StringBody::kStates>;
+
+enum class Containment { kYes, kNo, kUnknown };
+
+// Records the completion length after a path that ends in body state c; false once body
+// state c has been seen with two different lengths (budget data would not be exact).
+inline bool NoteShort(BodyShorts& s, int c, uint32_t d) {
+  if (s[c] == kUnsetDist) s[c] = d;
+  return s[c] == d && d != kInfDist;
+}
+
+// The containment check on the DFAs themselves, without stacks: a path is followed in
+// every DFA state it may be in (up to kMaxAlts), a call adding the callee's start. Returns
+// and pops are not followed, so this only ever proves containment too rarely, never too
+// often: every stack it follows is one of the classifier's. With one state and no calls met,
+// the classifier's set after a path is the closure of that state, whose completion length is
+// the state's own (callee stacks the closure adds complete no sooner), and a dead path is a
+// dead set (kNo); otherwise budget data is not derived here (`budget` = false) and a dead
+// path says nothing (kUnknown: the set-level check decides).
+Containment RawContainment(const Automaton& a, int32_t state, BodyShorts& shorts, bool& budget) {
+  constexpr size_t kMaxAlts = 4, kMaxPairs = 4096;
+  using Alts = std::array<int32_t, kMaxAlts>;  // sorted, -1 padded
+  bool calls_met = false;
+  auto close = [&](Alts& x) {
+    for (size_t i = 0; i < kMaxAlts && x[i] >= 0; ++i) {
+      const int32_t g = x[i];
+      for (uint32_t k = a.call_begin[g]; k < a.call_begin[g + 1]; ++k) {
+        calls_met = true;
+        const int32_t callee = a.calls[k].callee;
+        if (std::find(x.begin(), x.end(), callee) != x.end()) continue;
+        auto free = std::find(x.begin(), x.end(), -1);
+        if (free == x.end()) return false;
+        *free = callee;
+      }
+    }
+    std::sort(x.begin(), x.end(), [](int32_t p, int32_t q) { return static_cast<uint32_t>(p) < static_cast<uint32_t>(q); });
+    return true;
+  };
+  struct Pair {
+    Alts x;
+    int8_t body;
+    uint8_t depth;
+  };
+  struct KeyHash {
+    size_t operator()(const std::pair<Alts, int8_t>& k) const {
+      uint64_t h = static_cast<uint64_t>(k.second);
+      for (int32_t g : k.first) h = h * 0x9E3779B97F4A7C15ULL + static_cast<uint32_t>(g);
+      return h ^ (h >> 29);
+    }
+  };
+  std::unordered_map<std::pair<Alts, int8_t>, char, KeyHash> seen;
+  // One byte per block of bytes that step alike: the same body target (the quote and dead
+  // bytes left out) and the same class in every alternative's unit. Cached by (units, body
+  // state): a walk meets few combinations.
+  struct RepEntry {
+    Alts units;
+    int8_t body;
+    std::vector<uint8_t> reps;
+  };
+  std::vector<RepEntry> rep_cache;
+  auto Reps = [&](const Alts& x, int8_t body) -> const std::vector<uint8_t>& {
+    Alts units;
+    units.fill(-1);
+    for (size_t i = 0; i < kMaxAlts && x[i] >= 0; ++i) units[i] = a.unit_of[x[i]];
+    std::sort(units.begin(), units.end());
+    for (const RepEntry& r : rep_cache) {
+      if (r.body == body && r.units == units) return r.reps;
+    }
+    // Refine by body target, then by each unit's classes (blocks named by their first byte,
+    // a (block, class) table with generation stamps).
+    thread_local std::vector<uint32_t> table(1 << 16, 0);
+    thread_local uint32_t gen = 0;
+    std::array<uint8_t, 256> block;
+    auto refine = [&](auto&& key_of) {
+      if (++gen == (1u << 24)) {
+        std::fill(table.begin(), table.end(), 0);
+        gen = 1;
+      }
+      for (int b = 0; b < 256; ++b) {
+        uint32_t& e = table[static_cast<size_t>(block[b]) << 8 | key_of(b)];
+        if (e >> 8 != gen) e = gen << 8 | static_cast<uint32_t>(b);
+        block[b] = static_cast<uint8_t>(e & 0xFF);
+      }
+    };
+    block.fill(0);
+    refine([&](int b) { return static_cast<uint8_t>(b == '"' ? 0 : StringBody::Step(body, static_cast<uint8_t>(b)) + 1); });
+    for (int32_t u : units) {
+      if (u >= 0) refine([&](int b) { return a.class_map[u][b]; });
+    }
+    RepEntry r{units, body, {}};
+    for (int b = 0; b < 256; ++b) {
+      if (block[b] == b && b != '"' && StringBody::Step(body, static_cast<uint8_t>(b)) >= 0) r.reps.push_back(static_cast<uint8_t>(b));
+    }
+    rep_cache.push_back(std::move(r));
+    return rep_cache.back().reps;
+  };
+  Alts s0;
+  s0.fill(-1);
+  s0[0] = state;
+  if (!close(s0)) return Containment::kUnknown;
+  std::vector<Pair> queue{{s0, 0, 0}};
+  seen.emplace(std::make_pair(s0, int8_t{0}), 0);
+  for (size_t k = 0; k < queue.size(); ++k) {
+    const Pair p = queue[k];
+    const bool single = !calls_met && p.x[1] < 0;
+    if (p.depth > 0) {
+      if (single) {
+        budget &= NoteShort(shorts, p.body, a.dist[p.x[0]]);
+      } else {
+        budget = false;
+      }
+    }
+    if (p.depth == TokenVocabulary::Impl::kShortTokenBytes) continue;
+    for (uint8_t b : Reps(p.x, p.body)) {
+      const int c = StringBody::Step(p.body, b);
+      Alts y;
+      y.fill(-1);
+      size_t n = 0;
+      for (size_t i = 0; i < kMaxAlts && p.x[i] >= 0; ++i) {
+        const int32_t g = p.x[i];
+        const int32_t t = a.next[a.trans_off[g] + a.class_map[a.unit_of[g]][b]];
+        if (t >= 0 && std::find(y.begin(), y.begin() + n, t) == y.begin() + n) y[n++] = t;
+      }
+      if (n == 0) return calls_met ? Containment::kUnknown : Containment::kNo;
+      if (!close(y)) return Containment::kUnknown;
+      if (seen.emplace(std::make_pair(y, static_cast<int8_t>(c)), 0).second) {
+        if (queue.size() >= kMaxPairs) return Containment::kUnknown;
+        queue.push_back({y, static_cast<int8_t>(c), static_cast<uint8_t>(p.depth + 1)});
+      }
+    }
+  }
+  if (calls_met) budget = false;
+  return Containment::kYes;
+}
+
+// The same check over the classifier's sets (calls followed, several stacks at once).
+bool SetContainment(SetDfa& dfa, int32_t start, BodyShorts& shorts, bool& budget) {
+  constexpr size_t kMaxPairs = 4096;
+  struct Pair {
+    int32_t set;
+    int8_t body;
+    uint8_t depth;
+  };
+  std::vector<Pair> queue{{start, 0, 0}};
+  std::vector<uint16_t> seen;  // by set: the body states paired with it so far
+  auto mark = [&](int32_t x, int c) {
+    if (seen.size() <= static_cast<size_t>(x)) seen.resize(static_cast<size_t>(x) + 64, 0);
+    const bool fresh = !(seen[x] >> c & 1);
+    seen[x] |= static_cast<uint16_t>(1u << c);
+    return fresh;
+  };
+  mark(start, 0);
+  for (size_t k = 0; k < queue.size(); ++k) {
+    const Pair p = queue[k];
+    if (p.depth > 0) budget &= NoteShort(shorts, p.body, dfa.Short(p.set));
+    if (p.depth == TokenVocabulary::Impl::kShortTokenBytes) continue;
+    // One byte per (automaton byte block, body target): the others step alike.
+    uint64_t done[4 * StringBody::kStates] = {};
+    for (int b = 0; b < 256; ++b) {
+      if (b == '"') continue;
+      const int c = StringBody::Step(p.body, static_cast<uint8_t>(b));
+      if (c < 0) continue;
+      const uint8_t r = dfa.Rep(p.set, static_cast<uint8_t>(b));
+      uint64_t& w = done[c * 4 + (r >> 6)];
+      if (w >> (r & 63) & 1) continue;
+      w |= uint64_t{1} << (r & 63);
+      const int32_t x = dfa.Step(p.set, static_cast<uint8_t>(b));
+      if (x == SetDfa::kDead || dfa.overflowed()) return false;
+      if (mark(x, c)) {
+        if (queue.size() >= kMaxPairs) return false;
+        queue.push_back({x, static_cast<int8_t>(c), static_cast<uint8_t>(p.depth + 1)});
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, MaskEntry* out) {
+  if (v.body_ok_count == 0) return false;
+  // 1. Containment: every path of at most kShortTokenBytes non-quote bytes that the string
+  //    body takes from a character boundary must be alive from `state` too. A breadth-first
+  //    walk over (state, body state) pairs; a pair is expanded once, at its least depth,
+  //    which covers every longer way to it. Along the way: whether a body state fixes the
+  //    completion length after the paths that end in it (then budget data is exact without
+  //    walking the 125k tokens; past depth 0 only, since no token is empty).
+  BodyShorts short_of;
+  short_of.fill(kUnsetDist);
+  bool budget = true;
+  const Containment raw = RawContainment(a, state, short_of, budget);
+  if (raw == Containment::kNo) return false;
+  SetDfa dfa(a);
+  const int32_t start = dfa.Start(state);
+  if (raw == Containment::kUnknown) {
+    short_of.fill(kUnsetDist);
+    budget = true;
+    if (!SetContainment(dfa, start, short_of, budget)) return false;
+  }
+  // 2. Every body-accepted token is accepted here; the rest are walked.
+  Accepted acc;
+  MaskEntry e;
+  WalkList(dfa, v, v.body_bad_pos, v.body_bad_lcp, start, acc, e);
+  WalkList(dfa, v, v.quote_pos, v.quote_lcp, start, acc, e);
+  WalkList(dfa, v, v.long_pos, v.long_lcp, start, acc, e);
+  if (dfa.overflowed()) return false;
+  MergeRanges(e.uncertain);
+  e.uncertain_count = 0;
+  for (auto [lo, hi] : e.uncertain) e.uncertain_count += hi - lo;
+  e.accepted_bits = v.body_ok;
+  for (TokenId id : acc.ids) e.accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
+  e.accepted_count = v.body_ok_count + acc.ids.size();  // the walked lists are disjoint from it
+  // 3. Budget data: the body-accepted tokens at the completion length of their end state's
+  //    sets, the walked ones at their own.
+  budget &= short_of[0] != kUnsetDist;
+  if (budget) {
+    e.budget_base = e.budget_min = e.budget_max = short_of[0];
+    auto note = [&](uint32_t d) {
+      e.budget_min = std::min(e.budget_min, d);
+      e.budget_max = std::max(e.budget_max, d);
+    };
+    for (int c = 1; c < StringBody::kStates && budget; ++c) {
+      if (v.body_end[c].empty()) continue;
+      budget = short_of[c] != kUnsetDist;  // every body path was walked, so it is set
+      if (!budget || short_of[c] == e.budget_base) continue;
+      note(short_of[c]);
+      for (TokenId id : v.body_end[c]) e.budget_exceptions.push_back({id, short_of[c]});
+    }
+    for (size_t k = 0; k < acc.ids.size(); ++k) {
+      note(acc.after[k]);
+      if (acc.after[k] != e.budget_base) e.budget_exceptions.push_back({acc.ids[k], acc.after[k]});
+    }
+    std::sort(e.budget_exceptions.begin(), e.budget_exceptions.end());
+    budget = budget && e.budget_exceptions.size() <= kMaxBudgetExceptions;
+  }
+  if (!budget) {
+    e.budget_known = false;
+    e.budget_exceptions.clear();
+  }
+  *out = std::move(e);
+  return true;
 }
 
 MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const MaskEntry& y) {

@@ -151,6 +151,10 @@ MaskCache::~MaskCache() = default;
 const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
   if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
   std::shared_ptr<const MaskEntry> entry;
+  if (MaskEntry body; ClassifyStringBody(a, v, state, &body)) {
+    entry = std::make_shared<const MaskEntry>(std::move(body));
+    return Install(state, std::move(entry));
+  }
   // With long tokens in the vocabulary, the shared entry covers the short ones (keyed by what
   // lies within kShortTokenBytes) and the long ones are classified for this state alone.
   const bool split = !v.long_pos.empty();
@@ -191,6 +195,10 @@ const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl&
       entry = std::make_shared<const MaskEntry>(MergeEntries(v, *entry, long_part));
     }
   }
+  return Install(state, std::move(entry));
+}
+
+const MaskEntry& MaskCache::Install(int32_t state, std::shared_ptr<const MaskEntry> entry) {
   std::lock_guard<std::mutex> lock(mu_);
   if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
   owned_.push_back(entry);

@@ -56,6 +56,14 @@ enum class TokenSpan : uint8_t { kAll, kShort, kLong };
 // The classification itself (no caching): a walk of the token trie from `state` (classify.cc).
 MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state,
                         TokenSpan span = TokenSpan::kAll);
+// The string-body slice: when every short quote-free token the JSON string body accepts
+// (StringBody, token_trie.h) is provably accepted from `state` (a breadth-first check over
+// pairs of states, to kShortTokenBytes), the entry is that precomputed set plus walks of
+// the ~2,800 other tokens, instead of a walk over all 129k. String bodies, keys where unlisted
+// keys are allowed and loose patterns all qualify, whatever follows them. False (nothing
+// written) when the state does not qualify. Budget data is exact when each body state
+// fixes the completion length after it, else left out (budget_known = false).
+bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, MaskEntry* out);
 // The entry of the union of two disjoint token spans' entries of one state.
 MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const MaskEntry& y);
 
@@ -68,6 +76,7 @@ class MaskCache {
   size_t MemoryBytes() const;
 
  private:
+  const MaskEntry& Install(int32_t state, std::shared_ptr<const MaskEntry> entry);
   std::unique_ptr<std::atomic<const MaskEntry*>[]> slots_;
   size_t n_;
   mutable std::mutex mu_;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,6 +17,17 @@
 #include "ladle/grammar/matcher.h"
 
 namespace ladle::grammar {
+
+// The JSON string body as a byte DFA (state 0 = between characters, -1 = dead): unescaped
+// scalar values other than `"`, `\` and controls, and the escapes \" \\ \/ \b \f \n \r \t
+// and \uXXXX of a non-surrogate. A subset of every string body the schema compiler emits
+// (json_schema_lexical.cc also takes surrogate pairs): the classifier only uses it to prove
+// that a state accepts at least what it accepts.
+struct StringBody {
+  static constexpr int kStates = 14;
+  static int Step(int state, uint8_t b) { return Table()[state][b]; }
+  static const std::array<std::array<int8_t, 256>, kStates>& Table();
+};
 
 struct TokenVocabulary::Impl {
   size_t vocab_size = 0;
@@ -42,6 +54,17 @@ struct TokenVocabulary::Impl {
   static constexpr size_t kShortTokenBytes = 16;
   std::vector<uint32_t> long_pos;
   std::vector<uint16_t> long_lcp;
+  // The short tokens split by the JSON string body (StringBody below), for the classifier's
+  // string-body slice: `body_ok` (by id) holds the short tokens without a quote that the body
+  // accepts from a character boundary (125,215 of DeepSeek V3's), body_end[c] those of them
+  // that end in body state c != 0 (inside a character or an escape), sorted by id; the short
+  // tokens it rejects (1,536) and the short ones with a quote (334) are listed like the long
+  // ones, to be walked per state.
+  std::vector<uint64_t> body_ok;
+  size_t body_ok_count = 0;
+  std::vector<std::vector<TokenId>> body_end;
+  std::vector<uint32_t> body_bad_pos, quote_pos;
+  std::vector<uint16_t> body_bad_lcp, quote_lcp;
 
   // Summaries of the larger trie nodes, for the classifier's bulk acceptance: the node of
   // prefix SortedBytes(i)[0, d) with i its first position (d in lcp[i] + 1 .. lcp[i] +

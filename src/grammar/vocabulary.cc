@@ -10,6 +10,55 @@
 
 namespace ladle::grammar {
 
+const std::array<std::array<int8_t, 256>, StringBody::kStates>& StringBody::Table() {
+  // 0 between characters; 1..7 inside a UTF-8 sequence (1: one continuation byte left; 2:
+  // two; 3: two, the first A0-BF (after E0); 4: two, the first 80-9F (after ED: no
+  // surrogates); 5: three; 6: three, the first 90-BF (F0); 7: three, the first 80-8F (F4));
+  // 8 after a backslash; 9 after \u; 10, 11, 12: three, two, one hex digits left; 13 after
+  // \uD (then 0-7: no surrogates).
+  static const auto table = [] {
+    std::array<std::array<int8_t, 256>, kStates> t;
+    for (auto& row : t) row.fill(-1);
+    auto set = [&](int from, int lo, int hi, int to) {
+      for (int b = lo; b <= hi; ++b) t[from][b] = static_cast<int8_t>(to);
+    };
+    auto hex = [&](int from, int to) {
+      set(from, '0', '9', to);
+      set(from, 'a', 'f', to);
+      set(from, 'A', 'F', to);
+    };
+    set(0, 0x20, 0x21, 0);
+    set(0, 0x23, 0x5B, 0);
+    set(0, 0x5D, 0x7F, 0);
+    set(0, '\\', '\\', 8);
+    set(0, 0xC2, 0xDF, 1);
+    set(0, 0xE0, 0xE0, 3);
+    set(0, 0xE1, 0xEC, 2);
+    set(0, 0xED, 0xED, 4);
+    set(0, 0xEE, 0xEF, 2);
+    set(0, 0xF0, 0xF0, 6);
+    set(0, 0xF1, 0xF3, 5);
+    set(0, 0xF4, 0xF4, 7);
+    set(1, 0x80, 0xBF, 0);
+    set(2, 0x80, 0xBF, 1);
+    set(3, 0xA0, 0xBF, 1);
+    set(4, 0x80, 0x9F, 1);
+    set(5, 0x80, 0xBF, 2);
+    set(6, 0x90, 0xBF, 2);
+    set(7, 0x80, 0x8F, 2);
+    for (char c : std::string_view("\"\\/bfnrt")) t[8][static_cast<uint8_t>(c)] = 0;
+    t[8]['u'] = 9;
+    hex(9, 10);
+    t[9]['d'] = t[9]['D'] = 13;
+    set(13, '0', '7', 11);
+    hex(10, 11);
+    hex(11, 12);
+    hex(12, 0);
+    return t;
+  }();
+  return table;
+}
+
 namespace {
 
 void BuildNodeSummaries(TokenVocabulary::Impl& v);
@@ -62,18 +111,49 @@ Status BuildTrie(TokenVocabulary::Impl& v) {
     open.push_back(static_cast<uint32_t>(j));
   }
   BuildNodeSummaries(v);
-  v.long_pos.clear();
-  v.long_lcp.clear();
-  std::string_view prev;
+  // The two sublists the classifier walks on their own: long tokens, and short ones with a
+  // quote (TokenSpan in mask_cache.h).
+  auto sublist = [&](auto&& keep, std::vector<uint32_t>& pos, std::vector<uint16_t>& lcp) {
+    pos.clear();
+    lcp.clear();
+    std::string_view prev;
+    for (uint32_t j = 0; j < n; ++j) {
+      std::string_view t = v.SortedBytes(j);
+      if (!keep(t)) continue;
+      size_t k = 0;
+      while (k < prev.size() && k < t.size() && prev[k] == t[k]) ++k;
+      pos.push_back(j);
+      lcp.push_back(static_cast<uint16_t>(k));
+      prev = t;
+    }
+  };
+  constexpr size_t kShort = TokenVocabulary::Impl::kShortTokenBytes;
+  auto body_end = [](std::string_view t) {
+    int c = 0;
+    for (char ch : t) {
+      if ((c = StringBody::Step(c, static_cast<uint8_t>(ch))) < 0) break;
+    }
+    return c;
+  };
+  auto plain = [](std::string_view t) { return t.size() <= kShort && t.find('"') == std::string_view::npos; };
+  sublist([](std::string_view t) { return t.size() > kShort; }, v.long_pos, v.long_lcp);
+  sublist([](std::string_view t) { return t.size() <= kShort && t.find('"') != std::string_view::npos; },
+          v.quote_pos, v.quote_lcp);
+  sublist([&](std::string_view t) { return plain(t) && body_end(t) < 0; }, v.body_bad_pos, v.body_bad_lcp);
+  v.body_ok.assign(v.words(), 0);
+  v.body_ok_count = 0;
+  v.body_end.assign(StringBody::kStates, {});
   for (uint32_t j = 0; j < n; ++j) {
     std::string_view t = v.SortedBytes(j);
-    if (t.size() <= TokenVocabulary::Impl::kShortTokenBytes) continue;
-    size_t k = 0;
-    while (k < prev.size() && k < t.size() && prev[k] == t[k]) ++k;
-    v.long_pos.push_back(j);
-    v.long_lcp.push_back(static_cast<uint16_t>(k));
-    prev = t;
+    if (!plain(t)) continue;
+    const int c = body_end(t);
+    if (c < 0) continue;
+    const TokenId id = v.sorted[j];
+    v.body_ok[id >> 6] |= uint64_t{1} << (id & 63);
+    ++v.body_ok_count;
+    if (c != 0) v.body_end[c].push_back(id);
   }
+  for (auto& ids : v.body_end) std::sort(ids.begin(), ids.end());
   return Status::Ok();
 }
 

@@ -89,7 +89,9 @@ TEST(Mask, IdenticalSubAutomataShareAcrossGrammars) {
   auto v = testing::SmallVocab();
   auto make = [&](const std::string& key) {
     GrammarBuilder b;
-    RuleId str = b.AddRule("string", b.Seq({b.Literal("\""), b.Star(b.CodePoints({{'"', '"'}}, true)), b.Literal("\"")}));
+    // Lower-case letters only: a body the string-body slice does not cover (it would not go
+    // through the shared table at all).
+    RuleId str = b.AddRule("string", b.Seq({b.Literal("\""), b.Star(b.ByteRange('a', 'z')), b.Literal("\"")}));
     RuleId root = b.AddRule("root", b.Seq({b.Literal("{\"" + key + "\": "), b.Ref(str), b.Literal("}")}));
     return *CompiledGrammar::Compile(*b.Build(root), v);
   };
