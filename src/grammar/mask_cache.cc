@@ -23,6 +23,7 @@ struct PairHash {
 };
 
 struct SharedCache {
+  std::atomic<size_t> body_slices{0};
   std::mutex mu;
   std::unordered_map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const MaskEntry>, PairHash> map;
   size_t bytes = 0, hits = 0, misses = 0;
@@ -152,6 +153,7 @@ const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl&
   if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
   std::shared_ptr<const MaskEntry> entry;
   if (MaskEntry body; ClassifyStringBody(a, v, state, &body)) {
+    Shared().body_slices.fetch_add(1, std::memory_order_relaxed);
     entry = std::make_shared<const MaskEntry>(std::move(body));
     return Install(state, std::move(entry));
   }
@@ -215,7 +217,7 @@ size_t MaskCache::MemoryBytes() const {
 SharedMaskCacheStats GetSharedMaskCacheStats() {
   SharedCache& sc = Shared();
   std::lock_guard<std::mutex> lock(sc.mu);
-  return {sc.map.size(), sc.bytes, sc.hits, sc.misses};
+  return {sc.map.size(), sc.bytes, sc.hits, sc.misses, sc.body_slices.load(std::memory_order_relaxed)};
 }
 
 }  // namespace ladle::grammar

@@ -96,6 +96,7 @@ bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pai
 // Process-wide cache statistics (tests and bench).
 struct SharedMaskCacheStats {
   size_t entries = 0, bytes = 0, hits = 0, misses = 0;
+  size_t body_slices = 0;  // entries built by ClassifyStringBody (never in the shared table)
 };
 SharedMaskCacheStats GetSharedMaskCacheStats();
 

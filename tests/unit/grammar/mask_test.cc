@@ -1,12 +1,15 @@
 // Mask caches: lazy and eager caches give the same masks, compiles are deterministic, many
-// matchers on one CompiledGrammar in threads see identical masks, and identical
-// sub-automata share one process-wide cache entry across grammars.
+// matchers on one CompiledGrammar in threads see identical masks, identical sub-automata
+// share one process-wide cache entry across grammars, and the string-body slice gives the
+// masks and budget narrowing a token-by-token check gives.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <thread>
 
+#include "ladle/grammar/grammar.h"
 #include "ladle/grammar/matcher.h"
+#include "ladle/json/json.h"
 #include "ladle/tokenizer/tokenizer.h"
 #include "mask_cache.h"
 #include "matcher_test_util.h"
@@ -109,6 +112,76 @@ TEST(Mask, IdenticalSubAutomataShareAcrossGrammars) {
   GrammarMatcher m1b(g1);
   ASSERT_TRUE(m1b.AcceptString("{\"alpha\": \"x"));
   EXPECT_EQ(testing::Mask(m1b, testing::kVocabSize), mask2);
+}
+
+
+// The string-body slice on the real vocabulary: inside strings (plain, length-bounded, near
+// the bound, mid-character, after a backslash), at keys where unlisted keys are allowed and
+// in a pattern, every id's mask bit must be what AcceptToken says, and with a budget the
+// kept tokens must be exactly those whose shortest completion fits.
+TEST(Mask, StringBodySliceMatchesTokenByToken) {
+  const std::string path = ladle::testing::TokenizerPath();
+  LADLE_REQUIRE_DATA(path);
+  auto tok = tokenizer::Tokenizer::FromFile(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto vocab = TokenVocabulary::FromTokenizer(*tok, {1});
+  ASSERT_TRUE(vocab.ok());
+  const size_t n = (*vocab)->vocab_size();
+  struct Case {
+    const char* schema;
+    std::vector<std::string> prefixes;
+  };
+  const std::string near_bound = "{\"note\":\"" + std::string(290, 'a');
+  const std::vector<Case> cases = {
+      {R"({"type":"object","properties":{"name":{"type":"string","minLength":2,"maxLength":40},"id":{"type":"string"},"note":{"type":["string","null"],"maxLength":300}}})",
+       {"{\"", "{\"na", "{\"zz", "{\"name\":\"", "{\"name\":\"x", "{\"name\":\"xyz\\", "{\"id\":\"a\u00e9",
+        "{\"id\":\"\xe4\xb8", "{\"name\":\"ab\",\"id\":\"q", near_bound}},
+      {R"({"type":"array","items":{"type":"string","pattern":"^[a-z ]+$"}})", {"[\"", "[\"ab"}},
+  };
+  const auto before = GetSharedMaskCacheStats();
+  const size_t step = ladle::testing::kSanitized ? 16 : 1;
+  for (const Case& c : cases) {
+    auto schema = json::Parse(c.schema);
+    ASSERT_TRUE(schema.ok());
+    auto g = JsonSchemaGrammar(*schema, {.whitespace = JsonSchemaOptions::Whitespace::kCompact});
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    auto cg = CompiledGrammar::Compile(*g, *vocab);
+    ASSERT_TRUE(cg.ok());
+    for (const std::string& prefix : c.prefixes) {
+      GrammarMatcher m(*cg, MatcherOptions{.budget_aware = false});
+      ASSERT_TRUE(m.AcceptString(prefix)) << prefix;
+      auto bits = testing::Mask(m, n);
+      std::vector<std::pair<TokenId, uint32_t>> after;  // allowed ids, shortest completion after
+      for (TokenId id = 0; id < n; ++id) {
+        const bool bit = testing::Bit(bits, id);
+        if (!bit && id % step != 0) continue;
+        const bool ok = m.AcceptToken(id);
+        ASSERT_EQ(bit, ok) << "id " << id << " '" << (*vocab)->TokenBytes(id) << "' after '" << prefix << "'";
+        if (ok) {
+          after.push_back({id, m.ShortestCompletionTokens()});
+          ASSERT_TRUE(m.Rollback(1).ok());
+        }
+      }
+      ASSERT_FALSE(after.empty()) << prefix;
+      uint32_t best = UINT32_MAX;
+      for (auto [id, d] : after) best = std::min(best, d);
+      for (uint32_t extra : {1u, 2u, 4u, 9u}) {
+        GrammarMatcher b(*cg);
+        ASSERT_TRUE(b.AcceptString(prefix));
+        const uint32_t remaining = b.ShortestCompletionTokens() + extra;
+        b.SetRemainingTokens(remaining);
+        auto kept = testing::Mask(b, n);
+        const uint32_t limit = std::max(remaining - 1, best);
+        for (auto [id, d] : after) {
+          ASSERT_EQ(testing::Bit(kept, id), d <= limit)
+              << "'" << (*vocab)->TokenBytes(id) << "' completes in " << d << ", " << remaining << " left after '"
+              << prefix << "'";
+        }
+      }
+    }
+  }
+  // The slice did the work in string bodies and at the keys.
+  EXPECT_GE(GetSharedMaskCacheStats().body_slices - before.body_slices, 6u);
 }
 
 }  // namespace
