@@ -373,11 +373,13 @@ inline bool NoteShort(BodyShorts& s, int c, uint32_t d) {
 // the state's own (callee stacks the closure adds complete no sooner), and a dead path is a
 // dead set (kNo); otherwise budget data is not derived here (`budget` = false) and a dead
 // path says nothing (kUnknown: the set-level check decides).
-Containment RawContainment(const Automaton& a, int32_t state, BodyShorts& shorts, bool& budget) {
+Containment RawContainment(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, BodyShorts& shorts,
+                           bool& budget, bool& one_state) {
   constexpr size_t kMaxAlts = 4, kMaxPairs = 4096;
   using Alts = std::array<int32_t, kMaxAlts>;  // sorted, -1 padded
   bool calls_met = false;
   auto close = [&](Alts& x) {
+    if (x[1] < 0 && a.call_begin[x[0]] == a.call_begin[x[0] + 1]) return true;
     for (size_t i = 0; i < kMaxAlts && x[i] >= 0; ++i) {
       const int32_t g = x[i];
       for (uint32_t k = a.call_begin[g]; k < a.call_begin[g + 1]; ++k) {
@@ -404,7 +406,34 @@ Containment RawContainment(const Automaton& a, int32_t state, BodyShorts& shorts
       return h ^ (h >> 29);
     }
   };
+  // Seen pairs: a single DFA state's body states as a bit mask (generation-stamped scratch
+  // by state: the common case), several states' in a map.
+  struct Scratch {
+    std::vector<uint16_t> mask;
+    std::vector<uint32_t> gen_of;
+    uint32_t gen = 0;
+  };
+  thread_local Scratch sc;
+  if (sc.mask.size() < a.num_states()) {
+    sc.mask.assign(a.num_states(), 0);
+    sc.gen_of.assign(a.num_states(), 0);
+  }
+  if (++sc.gen == 0) {
+    std::fill(sc.gen_of.begin(), sc.gen_of.end(), 0);
+    sc.gen = 1;
+  }
   std::unordered_map<std::pair<Alts, int8_t>, char, KeyHash> seen;
+  auto fresh = [&](const Alts& x, int8_t c) {
+    if (x[1] >= 0) return seen.emplace(std::make_pair(x, c), 0).second;
+    const int32_t g = x[0];
+    if (sc.gen_of[g] != sc.gen) {
+      sc.gen_of[g] = sc.gen;
+      sc.mask[g] = 0;
+    }
+    const bool f = !(sc.mask[g] >> c & 1);
+    sc.mask[g] |= static_cast<uint16_t>(1u << c);
+    return f;
+  };
   // One byte per block of bytes that step alike: the same body target (the quote and dead
   // bytes left out) and the same class in every alternative's unit. Cached by (units, body
   // state): a walk meets few combinations.
@@ -412,15 +441,16 @@ Containment RawContainment(const Automaton& a, int32_t state, BodyShorts& shorts
     Alts units;
     int8_t body;
     std::vector<uint8_t> reps;
+    std::vector<ByteSet> blocks;  // parallel to reps: every byte of the block
   };
   std::vector<RepEntry> rep_cache;
-  auto Reps = [&](const Alts& x, int8_t body) -> const std::vector<uint8_t>& {
+  auto Reps = [&](const Alts& x, int8_t body) -> const RepEntry& {
     Alts units;
     units.fill(-1);
     for (size_t i = 0; i < kMaxAlts && x[i] >= 0; ++i) units[i] = a.unit_of[x[i]];
     std::sort(units.begin(), units.end());
     for (const RepEntry& r : rep_cache) {
-      if (r.body == body && r.units == units) return r.reps;
+      if (r.body == body && r.units == units) return r;
     }
     // Refine by body target, then by each unit's classes (blocks named by their first byte,
     // a (block, class) table with generation stamps).
@@ -443,19 +473,27 @@ Containment RawContainment(const Automaton& a, int32_t state, BodyShorts& shorts
     for (int32_t u : units) {
       if (u >= 0) refine([&](int b) { return a.class_map[u][b]; });
     }
-    RepEntry r{units, body, {}};
+    RepEntry r{units, body, {}, {}};
+    std::array<int16_t, 256> slot;
+    slot.fill(-1);
     for (int b = 0; b < 256; ++b) {
-      if (block[b] == b && b != '"' && StringBody::Step(body, static_cast<uint8_t>(b)) >= 0) r.reps.push_back(static_cast<uint8_t>(b));
+      if (b == '"' || StringBody::Step(body, static_cast<uint8_t>(b)) < 0) continue;
+      if (block[b] == b) {
+        slot[b] = static_cast<int16_t>(r.reps.size());
+        r.reps.push_back(static_cast<uint8_t>(b));
+        r.blocks.emplace_back();
+      }
+      r.blocks[static_cast<size_t>(slot[block[b]])].Set(static_cast<uint8_t>(b));
     }
     rep_cache.push_back(std::move(r));
-    return rep_cache.back().reps;
+    return rep_cache.back();
   };
   Alts s0;
   s0.fill(-1);
   s0[0] = state;
   if (!close(s0)) return Containment::kUnknown;
   std::vector<Pair> queue{{s0, 0, 0}};
-  seen.emplace(std::make_pair(s0, int8_t{0}), 0);
+  fresh(s0, 0);
   for (size_t k = 0; k < queue.size(); ++k) {
     const Pair p = queue[k];
     const bool single = !calls_met && p.x[1] < 0;
@@ -467,7 +505,16 @@ Containment RawContainment(const Automaton& a, int32_t state, BodyShorts& shorts
       }
     }
     if (p.depth == TokenVocabulary::Impl::kShortTokenBytes) continue;
-    for (uint8_t b : Reps(p.x, p.body)) {
+    const RepEntry& reps = Reps(p.x, p.body);
+    // Only bytes some token has here (at this offset, in this body state).
+    const ByteSet& next = v.body_next[p.depth * StringBody::kStates + static_cast<size_t>(p.body)];
+    for (size_t r = 0; r < reps.reps.size(); ++r) {
+      const ByteSet& blk = reps.blocks[r];
+      if (!((blk.bits[0] & next.bits[0]) | (blk.bits[1] & next.bits[1]) | (blk.bits[2] & next.bits[2]) |
+            (blk.bits[3] & next.bits[3]))) {
+        continue;
+      }
+      const uint8_t b = reps.reps[r];
       const int c = StringBody::Step(p.body, b);
       Alts y;
       y.fill(-1);
@@ -479,14 +526,63 @@ Containment RawContainment(const Automaton& a, int32_t state, BodyShorts& shorts
       }
       if (n == 0) return calls_met ? Containment::kUnknown : Containment::kNo;
       if (!close(y)) return Containment::kUnknown;
-      if (seen.emplace(std::make_pair(y, static_cast<int8_t>(c)), 0).second) {
+      if (fresh(y, static_cast<int8_t>(c))) {
         if (queue.size() >= kMaxPairs) return Containment::kUnknown;
         queue.push_back({y, static_cast<int8_t>(c), static_cast<uint8_t>(p.depth + 1)});
       }
     }
   }
   if (calls_met) budget = false;
+  one_state = !calls_met;
   return Containment::kYes;
+}
+
+// Listed tokens walked on the DFA from `state` alone, which is exact while the path meets
+// no state with calls (callee stacks would join) and no accepting one (the frame could pop)
+// before the token's last byte. Tokens that do are left in `rest` for the set walk.
+void RawWalkList(const Automaton& a, const TokenVocabulary::Impl& v, const std::vector<uint32_t>& pos,
+                 const std::vector<uint16_t>& lcp, int32_t state, Accepted& acc, std::vector<uint32_t>& rest) {
+  std::vector<int32_t> lv(1, state);
+  size_t valid = 0;
+  for (size_t k = 0; k < pos.size(); ++k) {
+    std::string_view tok = v.SortedBytes(pos[k]);
+    const size_t len = tok.size();
+    if (lv.size() < len + 1) lv.resize(len + 1);
+    size_t p = std::min<size_t>(lcp[k], valid);
+    bool left = false, dead = false;
+    for (; p < len; ++p) {
+      const int32_t g = lv[p];
+      if (a.accepting[g] || a.call_begin[g] != a.call_begin[g + 1]) {
+        left = true;
+        break;
+      }
+      const int32_t t = a.next[a.trans_off[g] + a.class_map[a.unit_of[g]][static_cast<uint8_t>(tok[p])]];
+      if (t < 0) {
+        dead = true;
+        break;
+      }
+      lv[p + 1] = t;
+    }
+    valid = p;
+    if (left) {
+      rest.push_back(pos[k]);
+    } else if (!dead) {
+      acc.ids.push_back(v.sorted[pos[k]]);
+      acc.after.push_back(a.dist[lv[len]]);
+    }
+  }
+}
+
+// Common-prefix lengths of consecutive positions of a sorted sublist.
+std::vector<uint16_t> ListLcp(const TokenVocabulary::Impl& v, const std::vector<uint32_t>& pos) {
+  std::vector<uint16_t> lcp(pos.size(), 0);
+  for (size_t k = 1; k < pos.size(); ++k) {
+    std::string_view x = v.SortedBytes(pos[k - 1]), y = v.SortedBytes(pos[k]);
+    size_t n = 0;
+    while (n < x.size() && n < y.size() && x[n] == y[n]) ++n;
+    lcp[k] = static_cast<uint16_t>(n);
+  }
+  return lcp;
 }
 
 // The same check over the classifier's sets (calls followed, several stacks at once).
@@ -544,7 +640,8 @@ bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int3
   BodyShorts short_of;
   short_of.fill(kUnsetDist);
   bool budget = true;
-  const Containment raw = RawContainment(a, state, short_of, budget);
+  bool one_state = false;
+  const Containment raw = RawContainment(a, v, state, short_of, budget, one_state);
   if (raw == Containment::kNo) return false;
   SetDfa dfa(a);
   const int32_t start = dfa.Start(state);
@@ -553,12 +650,21 @@ bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int3
     budget = true;
     if (!SetContainment(dfa, start, short_of, budget)) return false;
   }
-  // 2. Every body-accepted token is accepted here; the rest are walked.
+  // 2. Every body-accepted token is accepted here; the rest are walked: on the DFA alone
+  //    where that is exact, else (and for the tokens that leave those conditions) as sets.
   Accepted acc;
   MaskEntry e;
-  WalkList(dfa, v, v.body_bad_pos, v.body_bad_lcp, start, acc, e);
-  WalkList(dfa, v, v.quote_pos, v.quote_lcp, start, acc, e);
-  WalkList(dfa, v, v.long_pos, v.long_lcp, start, acc, e);
+  const std::vector<uint32_t>* lists[] = {&v.body_bad_pos, &v.quote_pos, &v.long_pos};
+  const std::vector<uint16_t>* lcps[] = {&v.body_bad_lcp, &v.quote_lcp, &v.long_lcp};
+  for (int l = 0; l < 3; ++l) {
+    if (!one_state) {
+      WalkList(dfa, v, *lists[l], *lcps[l], start, acc, e);
+      continue;
+    }
+    std::vector<uint32_t> rest;
+    RawWalkList(a, v, *lists[l], *lcps[l], state, acc, rest);
+    if (!rest.empty()) WalkList(dfa, v, rest, ListLcp(v, rest), start, acc, e);
+  }
   if (dfa.overflowed()) return false;
   MergeRanges(e.uncertain);
   e.uncertain_count = 0;

@@ -62,6 +62,9 @@ struct TokenVocabulary::Impl {
   // ones, to be walked per state.
   std::vector<uint64_t> body_ok;
   size_t body_ok_count = 0;
+  // body_next[d * StringBody::kStates + c]: the bytes some body_ok token has at offset d
+  // where the body is in state c (the containment check only follows these).
+  std::vector<ByteSet> body_next;
   std::vector<std::vector<TokenId>> body_end;
   std::vector<uint32_t> body_bad_pos, quote_pos;
   std::vector<uint16_t> body_bad_lcp, quote_lcp;

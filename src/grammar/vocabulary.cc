@@ -143,12 +143,18 @@ Status BuildTrie(TokenVocabulary::Impl& v) {
   v.body_ok.assign(v.words(), 0);
   v.body_ok_count = 0;
   v.body_end.assign(StringBody::kStates, {});
+  v.body_next.assign(kShort * StringBody::kStates, ByteSet{});
   for (uint32_t j = 0; j < n; ++j) {
     std::string_view t = v.SortedBytes(j);
     if (!plain(t)) continue;
     const int c = body_end(t);
     if (c < 0) continue;
     const TokenId id = v.sorted[j];
+    int at = 0;
+    for (size_t d = 0; d < t.size(); ++d) {
+      v.body_next[d * StringBody::kStates + static_cast<size_t>(at)].Set(static_cast<uint8_t>(t[d]));
+      at = StringBody::Step(at, static_cast<uint8_t>(t[d]));
+    }
     v.body_ok[id >> 6] |= uint64_t{1} << (id & 63);
     ++v.body_ok_count;
     if (c != 0) v.body_end[c].push_back(id);
