@@ -131,7 +131,26 @@ class SetDfa {
     for (int b = 0; b < 256; ++b) rep[b] = block[b];
   }
 
+  // A DFA state whose one-stack set is itself: no calls (no callee stacks join) and not
+  // accepting (the frame cannot pop).
+  bool Plain(int32_t g) const {
+    const Automaton& a = sim_.automaton();
+    return !a.accepting[g] && a.call_begin[g] == a.call_begin[g + 1];
+  }
   int32_t Compute(int32_t set, uint8_t b) {
+    // The common case inside a frame, stepped on the DFA alone: no simulated step, and the
+    // set found by state instead of by its key string.
+    if (const int32_t g = plain_of_[set]; g >= 0) {
+      const Automaton& a = sim_.automaton();
+      const int32_t t = a.next[a.trans_off[g] + a.class_map[a.unit_of[g]][b]];
+      if (t < 0) return kDead;
+      if (Plain(t)) {
+        if (auto it = by_plain_.find(t); it != by_plain_.end()) return it->second;
+        StackSet one;
+        one.tops.push_back(arena_.Intern(a, t, kBarrier));
+        return Intern(std::move(one));
+      }
+    }
     StackSet out;
     if (!sim_.StepByte(sets_[set], b, out)) return kDead;
     return Intern(std::move(out));
@@ -142,6 +161,13 @@ class SetDfa {
     auto [it, fresh] = index_.try_emplace(std::move(key), static_cast<int32_t>(sets_.size()));
     if (fresh) {
       if (sets_.size() < kMaxSets) BuildReps(s);
+      int32_t plain = -1;
+      if (s.tops.size() == 1 && !s.barrier && !s.can_end && arena_[s.tops[0]].parent == kBarrier &&
+          Plain(arena_[s.tops[0]].state)) {
+        plain = arena_[s.tops[0]].state;
+        by_plain_.emplace(plain, it->second);
+      }
+      plain_of_.push_back(plain);
       sets_.push_back(std::move(s));
       if (sets_.size() <= kMaxSets) {
         trans_.resize(sets_.size() * 256, kUnknown);
@@ -160,6 +186,8 @@ class SetDfa {
   std::unordered_map<std::string, int32_t> index_;
   std::vector<int32_t> trans_;
   std::vector<uint8_t> rep_;  // parallel to trans_
+  std::vector<int32_t> plain_of_;  // by set: its one DFA state when Plain, else -1
+  std::unordered_map<int32_t, int32_t> by_plain_;  // Plain DFA state -> its set
   std::vector<int32_t> units_;
   size_t memo_rows_ = 0;
 };
