@@ -209,8 +209,10 @@ void AddUncertain(MaskEntry& e, uint32_t begin, uint32_t end) {
 }
 
 // The short (or every) token walk over the sorted trie.
-void WalkSorted(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, TokenSpan span, Accepted& acc,
-                MaskEntry& e) {
+// False when it stops after `max_steps` trie steps (the entry is then incomplete).
+bool WalkSorted(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, TokenSpan span, Accepted& acc,
+                MaskEntry& e, size_t max_steps = SIZE_MAX) {
+  size_t steps = 0;
   const size_t max_len = span == TokenSpan::kShort ? TokenVocabulary::Impl::kShortTokenBytes : SIZE_MAX;
   std::vector<int32_t> lv(1, start);
   std::vector<uint8_t> anyb(1, 0);  // anyb[d]: the frame could pop before byte d
@@ -232,6 +234,7 @@ void WalkSorted(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, Toke
     }
     size_t p = std::min<size_t>(v.lcp[i], valid);
     size_t bulk_end = 0;
+    if ((steps += len - p + 1) > max_steps) return false;
     for (; p < len; ++p) {
       anyb[p + 1] = anyb[p] || dfa.Barrier(lv[p]);
       lv[p + 1] = dfa.Step(lv[p], static_cast<uint8_t>(tok[p]));
@@ -271,6 +274,7 @@ void WalkSorted(SetDfa& dfa, const TokenVocabulary::Impl& v, int32_t start, Toke
     if (anyb[p + 1]) AddUncertain(e, static_cast<uint32_t>(i), end);
     i = end;
   }
+  return true;
 }
 
 // One sublist in sorted order (the long tokens, about 900 of DeepSeek's 128k; or those the
@@ -363,20 +367,31 @@ MaskEntry AllUncertain(const TokenVocabulary::Impl& v) {
 }  // namespace
 
 MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, TokenSpan span) {
+  MaskEntry e;
+  ClassifyStateWithin(a, v, state, span, SIZE_MAX, &e);
+  return e;
+}
+
+bool ClassifyStateWithin(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, TokenSpan span,
+                         size_t max_steps, MaskEntry* out) {
   SetDfa dfa(a);
   const int32_t start = dfa.Start(state);
   Accepted acc;
-  MaskEntry e;
+  MaskEntry& e = *out;
+  e = MaskEntry{};
   if (span == TokenSpan::kLong) {
     WalkList(dfa, v, v.long_pos, v.long_lcp, start, acc, e);
-  } else {
-    WalkSorted(dfa, v, start, span, acc, e);
+  } else if (!WalkSorted(dfa, v, start, span, acc, e, max_steps)) {
+    return false;
   }
   // Too ambiguous to classify from one frame: every token is left to the runtime walk,
   // which simulates against the real stacks (under the matcher's own stack limit).
-  if (dfa.overflowed()) return AllUncertain(v);
+  if (dfa.overflowed()) {
+    e = AllUncertain(v);
+    return true;
+  }
   FinishEntry(v, std::move(acc), e);
-  return e;
+  return true;
 }
 
 namespace {

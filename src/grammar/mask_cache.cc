@@ -15,6 +15,8 @@ namespace {
 // Sub-automata larger than this are not hashed: the hash would cost more than it saves, and
 // such states are rarely shared across grammars anyway.
 constexpr size_t kMaxHashedStates = 4096;
+// Trie steps a classification may take before the structural key is worth computing.
+constexpr size_t kQuickSteps = 8192;
 // The process-wide table stops growing past this (entries already in use stay valid).
 constexpr size_t kSharedCacheMaxBytes = size_t{1} << 30;
 
@@ -161,8 +163,17 @@ const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl&
   // lies within kShortTokenBytes) and the long ones are classified for this state alone.
   const bool split = !v.long_pos.empty();
   const TokenSpan span = split ? TokenSpan::kShort : TokenSpan::kAll;
+  // Most states reject nearly every token at its first bytes: classified in fewer steps than
+  // the structural key would take to hash their surroundings. (A vocabulary that small
+  // throughout is classified through the key as before: nothing to save.)
   std::pair<uint64_t, uint64_t> key;
-  bool keyed = StructuralKey(a, state, split ? TokenVocabulary::Impl::kShortTokenBytes : v.max_token_len, &key);
+  bool keyed = false;
+  if (MaskEntry quick;
+      v.sorted.size() > kQuickSteps && ClassifyStateWithin(a, v, state, span, kQuickSteps, &quick)) {
+    entry = std::make_shared<const MaskEntry>(std::move(quick));
+  } else {
+    keyed = StructuralKey(a, state, split ? TokenVocabulary::Impl::kShortTokenBytes : v.max_token_len, &key);
+  }
   if (keyed) {
     key.first ^= v.fingerprint;
     key.second ^= static_cast<uint64_t>(span) * 0x9E3779B97F4A7C15ULL;

@@ -56,6 +56,10 @@ enum class TokenSpan : uint8_t { kAll, kShort, kLong };
 // The classification itself (no caching): a walk of the token trie from `state` (classify.cc).
 MaskEntry ClassifyState(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state,
                         TokenSpan span = TokenSpan::kAll);
+// The same, giving up (false, *out incomplete) past `max_steps` trie steps: cheap states are
+// classified outright, before paying for a structural key.
+bool ClassifyStateWithin(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, TokenSpan span,
+                         size_t max_steps, MaskEntry* out);
 // The string-body slice: when every short quote-free token the JSON string body accepts
 // (StringBody, token_trie.h) is provably accepted from `state` (a breadth-first check over
 // pairs of states, to kShortTokenBytes), the entry is that precomputed set plus walks of

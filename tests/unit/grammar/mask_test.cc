@@ -88,32 +88,39 @@ TEST(Mask, ThreadsShareOneCompiledGrammar) {
   for (uint32_t t = 0; t < 6; ++t) EXPECT_EQ(got[t], expect[t]) << "thread " << t;
 }
 
+// On the real vocabulary (small ones classify every state outright, never keyed).
 TEST(Mask, IdenticalSubAutomataShareAcrossGrammars) {
-  auto v = testing::SmallVocab();
+  const std::string path = ladle::testing::TokenizerPath();
+  LADLE_REQUIRE_DATA(path);
+  auto tok = tokenizer::Tokenizer::FromFile(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto vocab = TokenVocabulary::FromTokenizer(*tok, {1});
+  ASSERT_TRUE(vocab.ok());
+  const size_t n = (*vocab)->vocab_size();
   auto make = [&](const std::string& key) {
     GrammarBuilder b;
-    // Lower-case letters only: a body the string-body slice does not cover (it would not go
-    // through the shared table at all).
+    // Lower-case letters only: a body the string-body slice does not cover, and one that
+    // accepts too many tokens to be classified without its structural key.
     RuleId str = b.AddRule("string", b.Seq({b.Literal("\""), b.Star(b.ByteRange('a', 'z')), b.Literal("\"")}));
     RuleId root = b.AddRule("root", b.Seq({b.Literal("{\"" + key + "\": "), b.Ref(str), b.Literal("}")}));
-    return *CompiledGrammar::Compile(*b.Build(root), v);
+    return *CompiledGrammar::Compile(*b.Build(root), *vocab);
   };
   auto g1 = make("alpha");
   GrammarMatcher m1(g1);
   ASSERT_TRUE(m1.AcceptString("{\"alpha\": \"x"));
-  testing::Mask(m1, testing::kVocabSize);
+  testing::Mask(m1, n);
   const auto before = GetSharedMaskCacheStats();
   auto g2 = make("beta");
   GrammarMatcher m2(g2);
   ASSERT_TRUE(m2.AcceptString("{\"beta\": \"x"));
-  auto mask2 = testing::Mask(m2, testing::kVocabSize);
+  auto mask2 = testing::Mask(m2, n);
   const auto after = GetSharedMaskCacheStats();
   EXPECT_GT(after.hits, before.hits);  // the string body came from g1's entry
   GrammarMatcher m1b(g1);
   ASSERT_TRUE(m1b.AcceptString("{\"alpha\": \"x"));
-  EXPECT_EQ(testing::Mask(m1b, testing::kVocabSize), mask2);
+  EXPECT_EQ(testing::Mask(m1b, n), mask2);
+  EXPECT_TRUE(testing::Bit(mask2, tok->TokenToId("hello").value_or(0)));
 }
-
 
 // The string-body slice on the real vocabulary: inside strings (plain, length-bounded, near
 // the bound, mid-character, after a backslash), at keys where unlisted keys are allowed and
