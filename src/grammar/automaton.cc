@@ -73,7 +73,7 @@ class Determinizer {
         if (!fresh && bucket[it->second] == bucket[c]) {
           row[c] = row[it->second];
         } else {
-          row[c] = InternClosure(bucket[c]);
+          LADLE_ASSIGN_OR_RETURN(row[c], SeededClosure(h, bucket[c]));
         }
       }
       dfa_.next.insert(dfa_.next.end(), row.begin(), row.end());
@@ -132,6 +132,22 @@ class Determinizer {
     }
   }
 
+  // InternClosure memoised by the seed list itself: other rows (other states, often every
+  // state of a search-mode regex) step to the same targets, and the closure walk plus its
+  // sort was most of the construction's time. The seeds are kept for an exact comparison,
+  // charged to the budget like the states.
+  Result<int32_t> SeededClosure(uint64_t h, const std::vector<int32_t>& seeds) {
+    auto [lo, hi] = by_seeds_.equal_range(h);
+    for (auto it = lo; it != hi; ++it) {
+      if (seed_lists_[it->second.first] == seeds) return it->second.second;
+    }
+    LADLE_RETURN_IF_ERROR(budget_.Charge(seeds.size() * sizeof(int32_t) + 48));
+    const int32_t d = InternClosure(seeds);
+    by_seeds_.emplace(h, std::make_pair(seed_lists_.size(), d));
+    seed_lists_.push_back(seeds);
+    return d;
+  }
+
   // The DFA state of the epsilon closure of `seeds`. The closure is built in scratch buffers
   // and only copied when it is a new state: most rows lead back to states already built, and
   // allocating a vector per transition (plus a second copy as the map key) was a large share
@@ -179,6 +195,8 @@ class Determinizer {
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
   std::unordered_multimap<uint64_t, int32_t> index_;  // closure hash -> state
+  std::unordered_multimap<uint64_t, std::pair<size_t, int32_t>> by_seeds_;  // seeds hash -> (list, state)
+  std::vector<std::vector<int32_t>> seed_lists_;
   std::vector<std::vector<int32_t>> states_;
   std::vector<int32_t> closure_, worklist_;
 };
