@@ -92,18 +92,17 @@ TEST(Mask, ThreadsShareOneCompiledGrammar) {
 TEST(Mask, IdenticalSubAutomataShareAcrossGrammars) {
   const std::string path = ladle::testing::TokenizerPath();
   LADLE_REQUIRE_DATA(path);
-  auto tok = tokenizer::Tokenizer::FromFile(path);
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  auto vocab = TokenVocabulary::FromTokenizer(*tok, {1});
-  ASSERT_TRUE(vocab.ok());
-  const size_t n = (*vocab)->vocab_size();
+  const auto& ds = testing::LoadDeepSeek(path);
+  ASSERT_TRUE(ds.vocab);
+  const auto& vocab = ds.vocab;
+  const size_t n = vocab->vocab_size();
   auto make = [&](const std::string& key) {
     GrammarBuilder b;
     // Lower-case letters only: a body the string-body slice does not cover, and one that
     // accepts too many tokens to be classified without its structural key.
     RuleId str = b.AddRule("string", b.Seq({b.Literal("\""), b.Star(b.ByteRange('a', 'z')), b.Literal("\"")}));
     RuleId root = b.AddRule("root", b.Seq({b.Literal("{\"" + key + "\": "), b.Ref(str), b.Literal("}")}));
-    return *CompiledGrammar::Compile(*b.Build(root), *vocab);
+    return *CompiledGrammar::Compile(*b.Build(root), vocab);
   };
   auto g1 = make("alpha");
   GrammarMatcher m1(g1);
@@ -119,7 +118,7 @@ TEST(Mask, IdenticalSubAutomataShareAcrossGrammars) {
   GrammarMatcher m1b(g1);
   ASSERT_TRUE(m1b.AcceptString("{\"alpha\": \"x"));
   EXPECT_EQ(testing::Mask(m1b, n), mask2);
-  EXPECT_TRUE(testing::Bit(mask2, tok->TokenToId("hello").value_or(0)));
+  EXPECT_TRUE(testing::Bit(mask2, ds.tok->TokenToId("hello").value_or(0)));
 }
 
 // The string-body slice on the real vocabulary: inside strings (plain, length-bounded, near
@@ -129,11 +128,9 @@ TEST(Mask, IdenticalSubAutomataShareAcrossGrammars) {
 TEST(Mask, StringBodySliceMatchesTokenByToken) {
   const std::string path = ladle::testing::TokenizerPath();
   LADLE_REQUIRE_DATA(path);
-  auto tok = tokenizer::Tokenizer::FromFile(path);
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  auto vocab = TokenVocabulary::FromTokenizer(*tok, {1});
-  ASSERT_TRUE(vocab.ok());
-  const size_t n = (*vocab)->vocab_size();
+  const std::shared_ptr<const TokenVocabulary> vocab = testing::LoadDeepSeek(path).vocab;
+  ASSERT_TRUE(vocab);
+  const size_t n = vocab->vocab_size();
   struct Case {
     const char* schema;
     std::vector<std::string> prefixes;
@@ -152,7 +149,7 @@ TEST(Mask, StringBodySliceMatchesTokenByToken) {
     ASSERT_TRUE(schema.ok());
     auto g = JsonSchemaGrammar(*schema, {.whitespace = JsonSchemaOptions::Whitespace::kCompact});
     ASSERT_TRUE(g.ok()) << g.status().ToString();
-    auto cg = CompiledGrammar::Compile(*g, *vocab);
+    auto cg = CompiledGrammar::Compile(*g, vocab);
     ASSERT_TRUE(cg.ok());
     for (const std::string& prefix : c.prefixes) {
       GrammarMatcher m(*cg, MatcherOptions{.budget_aware = false});
@@ -163,7 +160,7 @@ TEST(Mask, StringBodySliceMatchesTokenByToken) {
         const bool bit = testing::Bit(bits, id);
         if (!bit && id % step != 0) continue;
         const bool ok = m.AcceptToken(id);
-        ASSERT_EQ(bit, ok) << "id " << id << " '" << (*vocab)->TokenBytes(id) << "' after '" << prefix << "'";
+        ASSERT_EQ(bit, ok) << "id " << id << " '" << vocab->TokenBytes(id) << "' after '" << prefix << "'";
         if (ok) {
           after.push_back({id, m.ShortestCompletionTokens()});
           ASSERT_TRUE(m.Rollback(1).ok());
@@ -181,7 +178,7 @@ TEST(Mask, StringBodySliceMatchesTokenByToken) {
         const uint32_t limit = std::max(remaining - 1, best);
         for (auto [id, d] : after) {
           ASSERT_EQ(testing::Bit(kept, id), d <= limit)
-              << "'" << (*vocab)->TokenBytes(id) << "' completes in " << d << ", " << remaining << " left after '"
+              << "'" << vocab->TokenBytes(id) << "' completes in " << d << ", " << remaining << " left after '"
               << prefix << "'";
         }
       }

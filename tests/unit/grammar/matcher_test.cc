@@ -294,15 +294,13 @@ TEST(Matcher, ExponentiallyAmbiguousGrammarFailsAtTheStackLimit) {
 TEST(Matcher, DeepSeekVocabMatchesBruteForce) {
   const std::string path = ladle::testing::TokenizerPath();
   LADLE_REQUIRE_DATA(path);
-  auto tok = tokenizer::Tokenizer::FromFile(path);
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  auto vocab = TokenVocabulary::FromTokenizer(*tok, {1});
-  ASSERT_TRUE(vocab.ok());
-  EXPECT_EQ((*vocab)->vocab_size(), 129280u);
-  EXPECT_TRUE((*vocab)->IsSpecial(1));
-  EXPECT_TRUE((*vocab)->IsSpecial(128000));
+  const auto& vocab = testing::LoadDeepSeek(path).vocab;
+  ASSERT_TRUE(vocab);
+  EXPECT_EQ(vocab->vocab_size(), 129280u);
+  EXPECT_TRUE(vocab->IsSpecial(1));
+  EXPECT_TRUE(vocab->IsSpecial(128000));
   Grammar g = testing::JsonGrammar();
-  auto cg = CompiledGrammar::Compile(g, *vocab);
+  auto cg = CompiledGrammar::Compile(g, vocab);
   ASSERT_TRUE(cg.ok());
   auto ref = ReferenceRecognizer::Create(g);
   ASSERT_TRUE(ref.ok());
@@ -323,7 +321,7 @@ TEST(Matcher, DeepSeekVocabMatchesBruteForce) {
       // The reference recognizer is the slow side: every id in Release, a stride plus every
       // allowed id under the sanitizers (ladle::testing::kSanitized).
       if (ladle::testing::kSanitized && !bit && id % 16 != 0) continue;
-      std::string_view bytes = (*vocab)->TokenBytes(id);
+      std::string_view bytes = vocab->TokenBytes(id);
       bool expect = id == 1 ? ref->Matches(prefix)
                             : !bytes.empty() && ref->IsPrefix(prefix + std::string(bytes));
       ASSERT_EQ(bit, expect) << "id " << id << " '" << bytes << "' prefix '" << prefix << "'";

@@ -10,8 +10,30 @@
 
 #include "ladle/grammar/grammar.h"
 #include "ladle/grammar/matcher.h"
+#include "ladle/tokenizer/tokenizer.h"
 
 namespace ladle::grammar::testing {
+
+// The DeepSeek tokenizer at `path` and its vocabulary (EOS 1), loaded once per process; a
+// test calls LADLE_REQUIRE_DATA(path) first. Null members when loading failed (reported).
+struct DeepSeekData {
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  std::shared_ptr<const TokenVocabulary> vocab;
+};
+inline const DeepSeekData& LoadDeepSeek(const std::string& path) {
+  static const DeepSeekData d = [&] {
+    DeepSeekData out;
+    auto tok = tokenizer::Tokenizer::FromFile(path);
+    EXPECT_TRUE(tok.ok()) << tok.status().ToString();
+    if (!tok.ok()) return out;
+    out.tok = std::make_shared<const tokenizer::Tokenizer>(std::move(*tok));
+    auto vocab = TokenVocabulary::FromTokenizer(*out.tok, {1});
+    EXPECT_TRUE(vocab.ok()) << vocab.status().ToString();
+    if (vocab.ok()) out.vocab = *vocab;
+    return out;
+  }();
+  return d;
+}
 
 // ids 0..: tokens below; kSpecialA/kSpecialB special; kEos EOS; ids >= kNumTokens up to
 // kVocabSize are not tokens at all.
