@@ -740,6 +740,7 @@ bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int3
   }
   if (!budget) {
     e.budget_known = false;
+    e.budget_deferred = true;
     e.budget_exceptions.clear();
   }
   *out = std::move(e);

@@ -146,8 +146,14 @@ bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pai
   return true;
 }
 
-MaskCache::MaskCache(size_t num_states) : slots_(new std::atomic<const MaskEntry*>[num_states]), n_(num_states) {
-  for (size_t i = 0; i < n_; ++i) slots_[i].store(nullptr, std::memory_order_relaxed);
+MaskCache::MaskCache(size_t num_states)
+    : slots_(new std::atomic<const MaskEntry*>[num_states]),
+      n_(num_states),
+      budget_slots_(new std::atomic<const MaskEntry*>[num_states]) {
+  for (size_t i = 0; i < n_; ++i) {
+    slots_[i].store(nullptr, std::memory_order_relaxed);
+    budget_slots_[i].store(nullptr, std::memory_order_relaxed);
+  }
 }
 MaskCache::~MaskCache() = default;
 
@@ -157,8 +163,21 @@ const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl&
   if (MaskEntry body; ClassifyStringBody(a, v, state, &body)) {
     Shared().body_slices.fetch_add(1, std::memory_order_relaxed);
     entry = std::make_shared<const MaskEntry>(std::move(body));
-    return Install(state, std::move(entry));
+    return Install(slots_.get(), state, std::move(entry));
   }
+  return Install(slots_.get(), state, Classify(a, v, state));
+}
+
+const MaskEntry& MaskCache::GetWithBudget(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
+  const MaskEntry& e = Get(a, v, state);
+  if (!e.budget_deferred) return e;
+  if (const MaskEntry* b = budget_slots_[state].load(std::memory_order_acquire)) return *b;
+  return Install(budget_slots_.get(), state, Classify(a, v, state));
+}
+
+std::shared_ptr<const MaskEntry> MaskCache::Classify(const Automaton& a, const TokenVocabulary::Impl& v,
+                                                     int32_t state) {
+  std::shared_ptr<const MaskEntry> entry;
   // With long tokens in the vocabulary, the shared entry covers the short ones (keyed by what
   // lies within kShortTokenBytes) and the long ones are classified for this state alone.
   const bool split = !v.long_pos.empty();
@@ -208,21 +227,22 @@ const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl&
       entry = std::make_shared<const MaskEntry>(MergeEntries(v, *entry, long_part));
     }
   }
-  return Install(state, std::move(entry));
+  return entry;
 }
 
-const MaskEntry& MaskCache::Install(int32_t state, std::shared_ptr<const MaskEntry> entry) {
+const MaskEntry& MaskCache::Install(std::atomic<const MaskEntry*>* slots, int32_t state,
+                                    std::shared_ptr<const MaskEntry> entry) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
+  if (const MaskEntry* e = slots[state].load(std::memory_order_acquire)) return *e;
   owned_.push_back(entry);
   bytes_ += entry->MemoryBytes();
-  slots_[state].store(entry.get(), std::memory_order_release);
+  slots[state].store(entry.get(), std::memory_order_release);
   return *entry;
 }
 
 size_t MaskCache::MemoryBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return n_ * sizeof(void*) + bytes_;
+  return 2 * n_ * sizeof(void*) + bytes_;
 }
 
 SharedMaskCacheStats GetSharedMaskCacheStats() {

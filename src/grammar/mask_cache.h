@@ -37,6 +37,10 @@ struct MaskEntry {
   // the shortest completion below the frame, the token's completion is that plus B. Entries
   // where too many tokens differ keep budget_known = false and the matcher walks instead.
   bool budget_known = true;
+  // Left out to keep the mask cheap (the string-body slice, when completion lengths vary
+  // along the body); MaskCache::GetWithBudget classifies the state in full when a tight
+  // budget needs them.
+  bool budget_deferred = false;
   uint32_t budget_base = 0, budget_min = 0, budget_max = 0;
   std::vector<std::pair<TokenId, uint32_t>> budget_exceptions;
 
@@ -77,10 +81,15 @@ class MaskCache {
   ~MaskCache();
   // Thread-safe; concurrent first uses of one state may both compute it (one result wins).
   const MaskEntry& Get(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
+  // Get's entry, or when that deferred its budget data, the full classification that has it
+  // (same tokens; computed once per state on first need).
+  const MaskEntry& GetWithBudget(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
   size_t MemoryBytes() const;
 
  private:
-  const MaskEntry& Install(int32_t state, std::shared_ptr<const MaskEntry> entry);
+  const MaskEntry& Install(std::atomic<const MaskEntry*>* slots, int32_t state, std::shared_ptr<const MaskEntry> entry);
+  std::shared_ptr<const MaskEntry> Classify(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
+  std::unique_ptr<std::atomic<const MaskEntry*>[]> budget_slots_;
   std::unique_ptr<std::atomic<const MaskEntry*>[]> slots_;
   size_t n_;
   mutable std::mutex mu_;

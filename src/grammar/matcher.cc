@@ -259,7 +259,7 @@ struct GrammarMatcher::Impl {
         break;
       }
       if (!a.HasBytes(g)) continue;
-      const MaskEntry& e = cg->impl().cache->Get(a, v, g);
+      const MaskEntry& e = cg->impl().cache->GetWithBudget(a, v, g);
       if (e.accepted_count == 0) continue;
       if (!e.budget_known) {
         bounded = false;
@@ -311,7 +311,7 @@ struct GrammarMatcher::Impl {
         if (Advance(t, s)) offer(t, sim.Shortest(s));
       }
       if (!a.HasBytes(g) || walk_all) continue;
-      const MaskEntry& e = cg->impl().cache->Get(a, v, g);
+      const MaskEntry& e = cg->impl().cache->GetWithBudget(a, v, g);
       ranges.insert(ranges.end(), e.uncertain.begin(), e.uncertain.end());
       if (e.accepted_count == 0) continue;
       if (!e.budget_known) {
