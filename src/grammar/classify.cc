@@ -14,6 +14,25 @@ namespace ladle::grammar {
 
 namespace {
 
+// Refines a partition of the bytes (each byte's block named by the first byte in it) by
+// key_of(b) < 256: afterwards two bytes share a block iff they shared one and their keys
+// agree. The (block, key) table is per thread with generation stamps (an entry is
+// generation << 8 | the block's first byte), so a refinement costs 256 steps.
+template <typename KeyOf>
+void RefineBlocks(std::array<uint8_t, 256>& block, KeyOf&& key_of) {
+  thread_local std::vector<uint32_t> table(1 << 16, 0);
+  thread_local uint32_t gen = 0;
+  if (++gen == (1u << 24)) {
+    std::fill(table.begin(), table.end(), 0);
+    gen = 1;
+  }
+  for (int b = 0; b < 256; ++b) {
+    uint32_t& e = table[static_cast<size_t>(block[b]) << 8 | static_cast<uint8_t>(key_of(b))];
+    if (e >> 8 != gen) e = gen << 8 | static_cast<uint32_t>(b);
+    block[b] = static_cast<uint8_t>(e & 0xFF);
+  }
+}
+
 // Past this many accepted tokens off the commonest completion length, an entry carries no
 // budget data (the matcher walks its tokens when the budget is tight).
 constexpr size_t kMaxBudgetExceptions = 16384;
@@ -101,34 +120,15 @@ class SetDfa {
   // rep_[set * 256 + b]: the least byte that every top's unit puts in b's class.
   void BuildReps(const StackSet& s) {
     const Automaton& a = sim_.automaton();
-    const size_t base = rep_.size();
-    rep_.resize(base + 256);
-    uint8_t* rep = &rep_[base];
-    for (int b = 0; b < 256; ++b) rep[b] = 0;
     units_.clear();
     for (int32_t n : s.tops) {
       const int32_t u = a.unit_of[arena_[n].state];
       if (std::find(units_.begin(), units_.end(), u) == units_.end()) units_.push_back(u);
     }
-    // Refine the one-block partition by each unit's classes: a byte's key is (its block so
-    // far, its class), and the first byte with a key names the new block. The key table is
-    // per thread with generation stamps (entry = generation << 8 | first byte).
-    thread_local std::vector<uint32_t> table(1 << 16, 0);
-    thread_local uint32_t gen = 0;
+    // The one-block partition refined by each unit's classes.
     std::array<uint8_t, 256> block{};
-    for (int32_t u : units_) {
-      if (++gen == (1u << 24)) {
-        std::fill(table.begin(), table.end(), 0);
-        gen = 1;
-      }
-      const auto& cls = a.class_map[u];
-      for (int b = 0; b < 256; ++b) {
-        uint32_t& e = table[static_cast<size_t>(block[b]) << 8 | cls[b]];
-        if (e >> 8 != gen) e = gen << 8 | static_cast<uint32_t>(b);
-        block[b] = static_cast<uint8_t>(e & 0xFF);
-      }
-    }
-    for (int b = 0; b < 256; ++b) rep[b] = block[b];
+    for (int32_t u : units_) RefineBlocks(block, [&](int b) { return a.class_map[u][b]; });
+    rep_.insert(rep_.end(), block.begin(), block.end());
   }
 
   // A DFA state whose one-stack set is itself: no calls (no callee stacks join) and not
@@ -495,26 +495,11 @@ Containment RawContainment(const Automaton& a, const TokenVocabulary::Impl& v, i
     for (const RepEntry& r : rep_cache) {
       if (r.body == body && r.units == units) return r;
     }
-    // Refine by body target, then by each unit's classes (blocks named by their first byte,
-    // a (block, class) table with generation stamps).
-    thread_local std::vector<uint32_t> table(1 << 16, 0);
-    thread_local uint32_t gen = 0;
-    std::array<uint8_t, 256> block;
-    auto refine = [&](auto&& key_of) {
-      if (++gen == (1u << 24)) {
-        std::fill(table.begin(), table.end(), 0);
-        gen = 1;
-      }
-      for (int b = 0; b < 256; ++b) {
-        uint32_t& e = table[static_cast<size_t>(block[b]) << 8 | key_of(b)];
-        if (e >> 8 != gen) e = gen << 8 | static_cast<uint32_t>(b);
-        block[b] = static_cast<uint8_t>(e & 0xFF);
-      }
-    };
-    block.fill(0);
-    refine([&](int b) { return static_cast<uint8_t>(b == '"' ? 0 : StringBody::Step(body, static_cast<uint8_t>(b)) + 1); });
+    // Refined by body target (the quote apart), then by each unit's classes.
+    std::array<uint8_t, 256> block{};
+    RefineBlocks(block, [&](int b) { return b == '"' ? 0 : StringBody::Step(body, static_cast<uint8_t>(b)) + 1; });
     for (int32_t u : units) {
-      if (u >= 0) refine([&](int b) { return a.class_map[u][b]; });
+      if (u >= 0) RefineBlocks(block, [&](int b) { return a.class_map[u][b]; });
     }
     RepEntry r{units, body, {}, {}};
     std::array<int16_t, 256> slot;
