@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
+#include <optional>
 #include <queue>
+#include <span>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -33,6 +34,60 @@ struct Dfa {
   size_t size() const { return accepting.size(); }
 };
 
+// Lists of NFA states stored back to back (one allocation for all of them, instead of a
+// vector per DFA state), with an open-addressing index by hash. Lookups compare the list
+// itself, so hash collisions are harmless.
+class ListPool {
+ public:
+  size_t size() const { return off_.size() - 1; }
+  std::span<const int32_t> operator[](size_t i) const {
+    return {pool_.data() + off_[i], pool_.data() + off_[i + 1]};
+  }
+  // The id of an equal list already interned, or -1.
+  int32_t Find(uint64_t h, std::span<const int32_t> list) const {
+    if (slots_.empty()) return -1;
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const Slot& sl = slots_[i];
+      if (sl.id < 0) return -1;
+      if (sl.hash == h) {
+        auto have = (*this)[static_cast<size_t>(sl.id)];
+        if (std::equal(have.begin(), have.end(), list.begin(), list.end())) return sl.id;
+      }
+    }
+  }
+  int32_t Add(uint64_t h, std::span<const int32_t> list) {
+    const auto id = static_cast<int32_t>(size());
+    pool_.insert(pool_.end(), list.begin(), list.end());
+    off_.push_back(pool_.size());
+    if (2 * (size() + 1) > slots_.size()) Grow();
+    Place({h, id});
+    return id;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    int32_t id = -1;
+  };
+  void Place(Slot s) {
+    const size_t mask = slots_.size() - 1;
+    size_t i = s.hash & mask;
+    while (slots_[i].id >= 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+  void Grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{});
+    for (const Slot& s : old) {
+      if (s.id >= 0) Place(s);
+    }
+  }
+  std::vector<int32_t> pool_;
+  std::vector<size_t> off_{0};
+  std::vector<Slot> slots_;
+};
+
 class Determinizer {
  public:
   Determinizer(const Nfa& nfa, Budget& budget) : nfa_(nfa), budget_(budget) {}
@@ -48,7 +103,7 @@ class Determinizer {
       calls_.clear();
       specials_.clear();
       bool acc = false;
-      for (int32_t s : states_[d]) {
+      for (int32_t s : states_[d]) {  // InternClosure (which appends) is not called in this loop
         if (s == nfa_.final) acc = true;
         nfa_.ForEdges(s, [&](const NfaEdge& e) {
           switch (e.kind) {
@@ -62,21 +117,25 @@ class Determinizer {
         });
       }
       dfa_.accepting.push_back(acc);
-      std::vector<int32_t> row(dfa_.num_classes, -1);
+      const size_t row = dfa_.next.size();
+      dfa_.next.resize(row + dfa_.num_classes, -1);
       // Wide edges (any code point) put the same targets in many classes: determinise each
-      // distinct bucket once.
-      same_.clear();
+      // distinct bucket once (a small open-addressing table, reset by generation).
+      ++same_gen_;
       for (uint16_t c = 0; c < dfa_.num_classes; ++c) {
         if (bucket[c].empty()) continue;
-        uint64_t h = XXH3_64bits(bucket[c].data(), bucket[c].size() * sizeof(int32_t));
-        auto [it, fresh] = same_.try_emplace(h, c);
-        if (!fresh && bucket[it->second] == bucket[c]) {
-          row[c] = row[it->second];
+        const uint64_t h = XXH3_64bits(bucket[c].data(), bucket[c].size() * sizeof(int32_t));
+        size_t i = h & (kSameSlots - 1);
+        for (; same_[i].gen == same_gen_; i = (i + 1) & (kSameSlots - 1)) {
+          if (same_[i].hash == h && bucket[same_[i].cls] == bucket[c]) break;
+        }
+        if (same_[i].gen == same_gen_) {
+          dfa_.next[row + c] = dfa_.next[row + same_[i].cls];
         } else {
-          LADLE_ASSIGN_OR_RETURN(row[c], SeededClosure(h, bucket[c]));
+          same_[i] = {h, same_gen_, c};
+          LADLE_ASSIGN_OR_RETURN(dfa_.next[row + c], SeededClosure(h, bucket[c]));
         }
       }
-      dfa_.next.insert(dfa_.next.end(), row.begin(), row.end());
       dfa_.calls.emplace_back();
       ForGroups(calls_, [&](int32_t r, const std::vector<int32_t>& targets) {
         dfa_.calls.back().push_back({r, InternClosure(targets)});
@@ -91,29 +150,36 @@ class Determinizer {
 
  private:
   void ComputeClasses() {
-    // Refine the partition of 0..255 by every byte set of the NFA.
+    // Refine the partition of 0..255 by every byte set of the NFA. The remap is a flat array
+    // indexed by (old class, membership), reset per set: a std::map here was 14% of all
+    // compile time (units have hundreds of sets, each a 256-step refinement).
     std::array<uint16_t, 256> cls{};
+    std::array<int16_t, 512> remap;
     uint16_t n = 1;
     for (const ByteSet& s : nfa_.sets) {
-      std::map<std::pair<uint16_t, bool>, uint16_t> remap;
+      std::fill(remap.begin(), remap.begin() + 2 * n, int16_t{-1});
       uint16_t m = 0;
       for (int b = 0; b < 256; ++b) {
-        auto key = std::make_pair(cls[b], s.Has(static_cast<uint8_t>(b)));
-        auto [it, fresh] = remap.try_emplace(key, m);
-        if (fresh) ++m;
-        cls[b] = it->second;
+        int16_t& slot = remap[cls[b] * 2 + (s.Has(static_cast<uint8_t>(b)) ? 1 : 0)];
+        if (slot < 0) slot = static_cast<int16_t>(m++);
+        cls[b] = static_cast<uint16_t>(slot);
       }
       n = m;
     }
     dfa_.num_classes = n;
     for (int b = 0; b < 256; ++b) dfa_.class_map[b] = static_cast<uint8_t>(cls[b]);
     set_classes_.resize(nfa_.sets.size());
+    std::array<uint8_t, 256> seen;
     for (size_t i = 0; i < nfa_.sets.size(); ++i) {
-      std::vector<uint8_t> seen(n, 0);
-      for (int b = 0; b < 256; ++b) {
-        if (nfa_.sets[i].Has(static_cast<uint8_t>(b)) && !seen[cls[b]]) {
-          seen[cls[b]] = 1;
-          set_classes_[i].push_back(static_cast<uint8_t>(cls[b]));
+      std::fill(seen.begin(), seen.begin() + n, uint8_t{0});
+      const ByteSet& s = nfa_.sets[i];
+      for (int w = 0; w < 4; ++w) {
+        for (uint64_t bits = s.bits[w]; bits; bits &= bits - 1) {
+          const int b = w * 64 + __builtin_ctzll(bits);
+          if (!seen[cls[b]]) {
+            seen[cls[b]] = 1;
+            set_classes_[i].push_back(static_cast<uint8_t>(cls[b]));
+          }
         }
       }
     }
@@ -137,14 +203,11 @@ class Determinizer {
   // sort was most of the construction's time. The seeds are kept for an exact comparison,
   // charged to the budget like the states.
   Result<int32_t> SeededClosure(uint64_t h, const std::vector<int32_t>& seeds) {
-    auto [lo, hi] = by_seeds_.equal_range(h);
-    for (auto it = lo; it != hi; ++it) {
-      if (seed_lists_[it->second.first] == seeds) return it->second.second;
-    }
+    if (int32_t i = seed_lists_.Find(h, seeds); i >= 0) return seed_state_[static_cast<size_t>(i)];
     LADLE_RETURN_IF_ERROR(budget_.Charge(seeds.size() * sizeof(int32_t) + 48));
     const int32_t d = InternClosure(seeds);
-    by_seeds_.emplace(h, std::make_pair(seed_lists_.size(), d));
-    seed_lists_.push_back(seeds);
+    seed_lists_.Add(h, seeds);
+    seed_state_.push_back(d);
     return d;
   }
 
@@ -175,14 +238,8 @@ class Determinizer {
     }
     std::sort(closure_.begin(), closure_.end());
     const uint64_t h = XXH3_64bits(closure_.data(), closure_.size() * sizeof(int32_t));
-    auto [lo, hi] = index_.equal_range(h);
-    for (auto it = lo; it != hi; ++it) {
-      if (states_[static_cast<size_t>(it->second)] == closure_) return it->second;
-    }
-    const auto id = static_cast<int32_t>(states_.size());
-    states_.push_back(closure_);
-    index_.emplace(h, id);
-    return id;
+    if (int32_t id = states_.Find(h, closure_); id >= 0) return id;
+    return states_.Add(h, closure_);
   }
 
   const Nfa& nfa_;
@@ -190,16 +247,72 @@ class Determinizer {
   Dfa dfa_;
   std::vector<std::vector<uint8_t>> set_classes_;
   std::vector<std::pair<int32_t, int32_t>> calls_, specials_;
-  std::unordered_map<uint64_t, uint16_t> same_;
+  static constexpr size_t kSameSlots = 512;  // > 2 x the most byte classes (256)
+  struct SameSlot {
+    uint64_t hash = 0;
+    uint32_t gen = 0;
+    uint16_t cls = 0;
+  };
+  std::array<SameSlot, kSameSlots> same_{};
+  uint32_t same_gen_ = 0;
   std::vector<int32_t> group_;
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
-  std::unordered_multimap<uint64_t, int32_t> index_;  // closure hash -> state
-  std::unordered_multimap<uint64_t, std::pair<size_t, int32_t>> by_seeds_;  // seeds hash -> (list, state)
-  std::vector<std::vector<int32_t>> seed_lists_;
-  std::vector<std::vector<int32_t>> states_;
+  ListPool states_;      // DFA state -> its sorted NFA closure
+  ListPool seed_lists_;  // seed lists already closed, by id
+  std::vector<int32_t> seed_state_;  // seed list id -> DFA state
   std::vector<int32_t> closure_, worklist_;
 };
+
+// body{min,max} from the DFA of one copy of the body, without subset construction. When that
+// DFA is prefix-free (no accepting state goes on), its start cannot accept and it calls
+// nothing, the number of complete copies is known at every point, so the repeat's DFA is
+// `max` layers of the body's non-accepting states, each layer's accepting transitions leading
+// to the next layer's start (accepting from layer `min` on), plus one final state. A JSON
+// string of at most 512 characters is then a fill of its 14K-state table instead of 14K
+// closures. nullopt when the body's DFA does not qualify (the caller determinises as usual).
+Result<std::optional<Dfa>> LayerRepeat(const Dfa& d, uint32_t min, uint32_t max, Budget& budget) {
+  const size_t k = d.size();
+  const uint16_t nc = d.num_classes;
+  if (k == 0 || d.accepting[0]) return std::optional<Dfa>{};
+  std::vector<int32_t> idx(k, -1);
+  int32_t n = 0;
+  for (size_t s = 0; s < k; ++s) {
+    if (!d.calls[s].empty() || !d.specials[s].empty()) return std::optional<Dfa>{};
+    if (d.accepting[s]) {
+      for (uint16_t c = 0; c < nc; ++c) {
+        if (d.next[s * nc + c] >= 0) return std::optional<Dfa>{};
+      }
+    } else {
+      idx[s] = n++;
+    }
+  }
+  if (n == static_cast<int32_t>(k)) return std::optional<Dfa>{};  // no copy ever completes
+  const size_t total = static_cast<size_t>(max) * static_cast<size_t>(n) + 1;
+  if (total > INT32_MAX / 2) return ResourceExhausted("grammar automaton has too many states");
+  Dfa out;
+  out.class_map = d.class_map;
+  out.num_classes = nc;
+  out.accepting.assign(total, 0);
+  out.next.assign(total * nc, -1);
+  out.calls.resize(total);
+  out.specials.resize(total);
+  for (uint32_t layer = 0; layer < max; ++layer) {
+    LADLE_RETURN_IF_ERROR(budget.Charge(static_cast<size_t>(n) * (kDfaStateBytes + nc * sizeof(int32_t))));
+    const int32_t base = static_cast<int32_t>(layer) * n;
+    for (size_t s = 0; s < k; ++s) {
+      if (idx[s] < 0) continue;
+      int32_t* row = &out.next[static_cast<size_t>(base + idx[s]) * nc];
+      for (uint16_t c = 0; c < nc; ++c) {
+        const int32_t t = d.next[s * nc + c];
+        if (t >= 0) row[c] = d.accepting[t] ? base + n : base + idx[t];
+      }
+    }
+    out.accepting[static_cast<size_t>(base)] = layer >= min;
+  }
+  out.accepting[total - 1] = 1;
+  return std::optional<Dfa>{std::move(out)};
+}
 
 // Left recursion: a unit that can call itself before consuming anything. Nullability is a
 // fixpoint (a unit is nullable if its start reaches acceptance through calls of nullable
@@ -277,7 +390,21 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   NfaCompiler nb(g, budget, table);
   table.ForRule(g, g.root);
   std::vector<Dfa> dfas;
+  uint32_t layered_units = 0;
   for (size_t u = 0; u < table.units.size(); ++u) {
+    if (auto rep = nb.LayeredRepeat(static_cast<int32_t>(u))) {
+      LADLE_ASSIGN_OR_RETURN(Nfa body, nb.BuildBody(static_cast<int32_t>(u), *rep));
+      Determinizer det(body, budget);
+      LADLE_ASSIGN_OR_RETURN(Dfa one, det.Run());
+      budget.used -= std::min(budget.used, body.size() * kNfaStateBytes);
+      LADLE_ASSIGN_OR_RETURN(std::optional<Dfa> layered, LayerRepeat(one, rep->min, rep->max, budget));
+      budget.used -= std::min(budget.used, one.size() * (kDfaStateBytes + one.num_classes * sizeof(int32_t)));
+      if (layered) {
+        ++layered_units;
+        dfas.push_back(std::move(*layered));
+        continue;
+      }
+    }
     LADLE_ASSIGN_OR_RETURN(Nfa nfa, nb.Build(static_cast<int32_t>(u)));
     Determinizer det(nfa, budget);
     LADLE_ASSIGN_OR_RETURN(Dfa dfa, det.Run());
@@ -286,6 +413,7 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   }
   const size_t num_units = table.units.size();
   Automaton a;
+  a.layered_units = layered_units;
   std::vector<int32_t> base(num_units);
   size_t total = 0;
   for (size_t u = 0; u < num_units; ++u) {

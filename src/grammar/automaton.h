@@ -39,6 +39,9 @@ struct Automaton {
   std::vector<int32_t> unit_start;
   std::vector<std::array<uint8_t, 256>> class_map;  // byte -> class
   std::vector<uint16_t> num_classes;
+  // How many units were built by layering a counted repeat's body (automaton.cc,
+  // LayerRepeat) instead of subset construction. A compile statistic: not serialised.
+  uint32_t layered_units = 0;
 
   // By global state.
   std::vector<int32_t> unit_of;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -88,6 +89,15 @@ struct UnitTable {
   }
 };
 
+// A unit whose whole body is `body{min,max}`.
+struct CountedRepeat {
+  ExprId body;
+  uint32_t min, max;
+};
+// Counted repeats with at least this many copies are built by layering the body's DFA
+// (automaton.cc, LayerRepeat) when that DFA allows it.
+inline constexpr uint32_t kLayeredMinCopies = 8;
+
 // Builds each unit's NFA; registers called rules and extracted expressions in `units` as it
 // meets them.
 class NfaCompiler {
@@ -95,6 +105,10 @@ class NfaCompiler {
   NfaCompiler(const Grammar& g, Budget& budget, UnitTable& units);
   ~NfaCompiler();
   Result<Nfa> Build(int32_t unit);
+  // The unit's body is a counted repeat of a small body that could be layered, or nullopt.
+  std::optional<CountedRepeat> LayeredRepeat(int32_t unit) const;
+  // The NFA of one copy of that repeat's body (same byte sets as the whole unit's).
+  Result<Nfa> BuildBody(int32_t unit, const CountedRepeat& r);
 
  private:
   struct State;

@@ -9,7 +9,9 @@
 
 #include "ladle/grammar/matcher.h"
 #include "ladle/json/json.h"
+#include "matcher_impl.h"
 #include "matcher_test_util.h"
+#include "reference_recognizer.h"
 
 namespace ladle::grammar {
 namespace {
@@ -195,6 +197,71 @@ TEST(Automaton, CountedRepeatOfALargeBodyIsCalledNotCopied) {
   EXPECT_TRUE(Accepts(*cg, items(255)));
   EXPECT_FALSE(Accepts(*cg, items(256)));
   EXPECT_FALSE(Accepts(*cg, R"([{"f1":"0123456789abcdefg"}])"));  // 17 > maxLength
+}
+
+// A counted repeat of a prefix-free body is built by layering the body's DFA (LayerRepeat),
+// not by subset construction: the unit is exactly max layers of the body's non-accepting
+// states plus a final state, and its language is the same. A body that is not prefix-free
+// ("a" | "ab") takes the usual path. Both are checked against the reference recognizer on
+// random strings, as whole strings and as prefixes.
+TEST(Automaton, CountedRepeatOfAPrefixFreeBodyIsLayeredAndExact) {
+  auto v = testing::SmallVocab();
+  GrammarBuilder b;
+  ExprId hex = b.Alt({b.ByteRange('0', '9'), b.ByteRange('a', 'f')});
+  ExprId ch = b.Alt({b.CodePoints({{'"', '"'}, {'\\', '\\'}, {0, 0x1f}}, /*negate=*/true),
+                     b.Seq({b.Literal("\\"), b.Alt({b.Literal("n"), b.Literal("\\"), b.Seq({b.Literal("u"), b.Repeat(hex, 4, 4)})})})});
+  RuleId str = b.AddRule("str", b.Repeat(ch, 3, 40));
+  RuleId ab = b.AddRule("ab", b.Repeat(b.Alt({b.Literal("a"), b.Literal("ab")}), 0, 200));
+  RuleId root = b.AddRule("root", b.Alt({b.Seq({b.Literal("\""), b.Ref(str), b.Literal("\"")}),
+                                         b.Seq({b.Literal("<"), b.Ref(ab), b.Literal(">")})}));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto cg = CompiledGrammar::Compile(*g, v);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  auto ref = ReferenceRecognizer::Create(*g);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+
+  const Automaton& a = (*cg)->impl().automaton;
+  bool found = false;
+  for (size_t u = 0; u < a.unit_start.size(); ++u) {
+    if (g->rules[a.unit_rule[u]].name != "str") continue;
+    found = true;
+    const size_t end = u + 1 < a.unit_start.size() ? a.unit_start[u + 1] : a.num_states();
+    const size_t states = end - a.unit_start[u];
+    EXPECT_EQ(states % 40, 1u) << states << " states: not 40 layers plus a final state";
+  }
+  EXPECT_TRUE(found) << "the repeat was inlined, not a unit";
+  EXPECT_EQ(a.layered_units, 1u);  // str; ab is not prefix-free
+
+  std::mt19937 rng(11);
+  const std::vector<std::string> pieces = {"x", "\"", "\\", "n", "u", "0", "f", "g", "\xc3\xa9", "\xe2\x82\xac",
+                                           "\xf0\x9f\x98\x80", "\xc3", "\x01", "a", "b", "<", ">"};
+  size_t accepted = 0, prefixes = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const bool quoted = rng() % 2;
+    std::string s = quoted ? "\"" : "<";
+    const size_t n = rng() % 50;
+    for (size_t k = 0; k < n; ++k) {
+      if (quoted && rng() % 4) {
+        s += rng() % 3 ? "x" : "\\u00e9";
+      } else if (!quoted && rng() % 3) {
+        s += rng() % 2 ? "a" : "ab";
+      } else {
+        s += pieces[rng() % pieces.size()];
+      }
+    }
+    if (rng() % 2) s += quoted ? "\"" : ">";
+    GrammarMatcher m(*cg);
+    const bool walked = m.AcceptString(s);
+    ASSERT_EQ(walked, ref->IsPrefix(s)) << s;
+    const bool whole = walked && m.CanTerminate();
+    ASSERT_EQ(whole, ref->Matches(s)) << s;
+    prefixes += walked;
+    accepted += whole;
+  }
+  EXPECT_GT(accepted, 200u);  // both outcomes are well represented
+  EXPECT_GT(prefixes - accepted, 200u);
+  EXPECT_LT(prefixes, 3800u);
 }
 
 }  // namespace
