@@ -314,6 +314,74 @@ Result<std::optional<Dfa>> LayerRepeat(const Dfa& d, uint32_t min, uint32_t max,
   return std::optional<Dfa>{std::move(out)};
 }
 
+// head·tail from the DFAs of its parts, when head is prefix-free (no accepting state goes on)
+// and cannot accept at its start: every way into a head acceptance becomes the tail's start,
+// and each part's table is re-read through the refined byte classes. The tail's DFA is built
+// once per compile and shared: the JSON Schema front-end's "rest of an unlisted key" rules
+// (one per excluded character set, all ending in the same string tail) were half of all
+// compile time when each was determinised whole. nullopt when head does not qualify.
+Result<std::optional<Dfa>> Concat(const Dfa& head, const Dfa& tail, Budget& budget) {
+  const size_t k = head.size();
+  if (k == 0 || tail.size() == 0 || head.accepting[0]) return std::optional<Dfa>{};
+  std::vector<int32_t> idx(k, -1);
+  int32_t n = 0;
+  for (size_t s = 0; s < k; ++s) {
+    if (!head.accepting[s]) {
+      idx[s] = n++;
+      continue;
+    }
+    if (!head.calls[s].empty() || !head.specials[s].empty()) return std::optional<Dfa>{};
+    for (uint16_t c = 0; c < head.num_classes; ++c) {
+      if (head.next[s * head.num_classes + c] >= 0) return std::optional<Dfa>{};
+    }
+  }
+  if (n == static_cast<int32_t>(k)) return std::optional<Dfa>{};
+  Dfa out;
+  // Byte classes: the common refinement of both parts' partitions.
+  std::vector<int16_t> pair_class(static_cast<size_t>(head.num_classes) * tail.num_classes, -1);
+  std::array<uint8_t, 256> proj_head{}, proj_tail{};
+  uint16_t nc = 0;
+  for (int b = 0; b < 256; ++b) {
+    int16_t& c = pair_class[head.class_map[b] * tail.num_classes + tail.class_map[b]];
+    if (c < 0) {
+      c = static_cast<int16_t>(nc);
+      proj_head[nc] = head.class_map[b];
+      proj_tail[nc] = tail.class_map[b];
+      ++nc;
+    }
+    out.class_map[b] = static_cast<uint8_t>(c);
+  }
+  out.num_classes = nc;
+  const size_t total = static_cast<size_t>(n) + tail.size();
+  LADLE_RETURN_IF_ERROR(budget.Charge(total * (kDfaStateBytes + nc * sizeof(int32_t))));
+  out.accepting.assign(total, 0);
+  out.next.assign(total * nc, -1);
+  out.calls.resize(total);
+  out.specials.resize(total);
+  auto into = [&](int32_t t) { return head.accepting[t] ? n : idx[t]; };
+  for (size_t s = 0; s < k; ++s) {
+    if (idx[s] < 0) continue;
+    const size_t d = static_cast<size_t>(idx[s]);
+    for (uint16_t c = 0; c < nc; ++c) {
+      const int32_t t = head.next[s * head.num_classes + proj_head[c]];
+      if (t >= 0) out.next[d * nc + c] = into(t);
+    }
+    for (const auto& [r, ret] : head.calls[s]) out.calls[d].push_back({r, into(ret)});
+    for (const auto& [tok, nx] : head.specials[s]) out.specials[d].push_back({tok, into(nx)});
+  }
+  for (size_t s = 0; s < tail.size(); ++s) {
+    const size_t d = static_cast<size_t>(n) + s;
+    out.accepting[d] = tail.accepting[s];
+    for (uint16_t c = 0; c < nc; ++c) {
+      const int32_t t = tail.next[s * tail.num_classes + proj_tail[c]];
+      if (t >= 0) out.next[d * nc + c] = n + t;
+    }
+    for (const auto& [r, ret] : tail.calls[s]) out.calls[d].push_back({r, n + ret});
+    for (const auto& [tok, nx] : tail.specials[s]) out.specials[d].push_back({tok, n + nx});
+  }
+  return std::optional<Dfa>{std::move(out)};
+}
+
 // Left recursion: a unit that can call itself before consuming anything. Nullability is a
 // fixpoint (a unit is nullable if its start reaches acceptance through calls of nullable
 // units), then the "left-call" graph must be acyclic.
@@ -390,10 +458,11 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   NfaCompiler nb(g, budget, table);
   table.ForRule(g, g.root);
   std::vector<Dfa> dfas;
-  uint32_t layered_units = 0;
+  uint32_t layered_units = 0, concatenated_units = 0;
+  std::unordered_map<ExprId, Dfa> tails;  // a sequence's last part -> its DFA, shared
   for (size_t u = 0; u < table.units.size(); ++u) {
     if (auto rep = nb.LayeredRepeat(static_cast<int32_t>(u))) {
-      LADLE_ASSIGN_OR_RETURN(Nfa body, nb.BuildBody(static_cast<int32_t>(u), *rep));
+      LADLE_ASSIGN_OR_RETURN(Nfa body, nb.BuildPart(static_cast<int32_t>(u), rep->body));
       Determinizer det(body, budget);
       LADLE_ASSIGN_OR_RETURN(Dfa one, det.Run());
       budget.used -= std::min(budget.used, body.size() * kNfaStateBytes);
@@ -402,6 +471,26 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
       if (layered) {
         ++layered_units;
         dfas.push_back(std::move(*layered));
+        continue;
+      }
+    }
+    if (auto parts = nb.SequenceOfTwo(static_cast<int32_t>(u))) {
+      auto it = tails.find(parts->second);
+      if (it == tails.end()) {
+        LADLE_ASSIGN_OR_RETURN(Nfa tail_nfa, nb.BuildPart(static_cast<int32_t>(u), parts->second));
+        Determinizer det(tail_nfa, budget);
+        LADLE_ASSIGN_OR_RETURN(Dfa tail, det.Run());
+        budget.used -= std::min(budget.used, tail_nfa.size() * kNfaStateBytes);
+        it = tails.emplace(parts->second, std::move(tail)).first;
+      }
+      LADLE_ASSIGN_OR_RETURN(Nfa head_nfa, nb.BuildPart(static_cast<int32_t>(u), parts->first));
+      Determinizer det(head_nfa, budget);
+      LADLE_ASSIGN_OR_RETURN(Dfa head, det.Run());
+      budget.used -= std::min(budget.used, head_nfa.size() * kNfaStateBytes);
+      LADLE_ASSIGN_OR_RETURN(std::optional<Dfa> joined, Concat(head, it->second, budget));
+      if (joined) {
+        ++concatenated_units;
+        dfas.push_back(std::move(*joined));
         continue;
       }
     }
@@ -414,6 +503,7 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   const size_t num_units = table.units.size();
   Automaton a;
   a.layered_units = layered_units;
+  a.concatenated_units = concatenated_units;
   std::vector<int32_t> base(num_units);
   size_t total = 0;
   for (size_t u = 0; u < num_units; ++u) {

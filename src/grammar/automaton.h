@@ -42,6 +42,8 @@ struct Automaton {
   // How many units were built by layering a counted repeat's body (automaton.cc,
   // LayerRepeat) instead of subset construction. A compile statistic: not serialised.
   uint32_t layered_units = 0;
+  // Units built by joining a prefix-free head's DFA to a shared tail's (automaton.cc, Concat).
+  uint32_t concatenated_units = 0;
 
   // By global state.
   std::vector<int32_t> unit_of;

@@ -509,8 +509,14 @@ NfaCompiler::NfaCompiler(const Grammar& g, Budget& budget, UnitTable& units)
     : s_(std::make_unique<State>(g, budget, units)) {}
 NfaCompiler::~NfaCompiler() = default;
 Result<Nfa> NfaCompiler::Build(int32_t unit) { return s_->nb.Build(unit); }
-Result<Nfa> NfaCompiler::BuildBody(int32_t unit, const CountedRepeat& r) {
-  return s_->nb.BuildExpr(r.body, s_->units.units[unit].rule);
+Result<Nfa> NfaCompiler::BuildPart(int32_t unit, ExprId e) {
+  return s_->nb.BuildExpr(e, s_->units.units[unit].rule);
+}
+
+std::optional<std::pair<ExprId, ExprId>> NfaCompiler::SequenceOfTwo(int32_t unit) const {
+  const Expr& e = s_->g.exprs[s_->units.units[unit].body];
+  if (e.kind != ExprKind::kSeq || e.children.size() != 2) return std::nullopt;
+  return std::make_pair(e.children[0], e.children[1]);
 }
 
 std::optional<CountedRepeat> NfaCompiler::LayeredRepeat(int32_t unit) const {

@@ -107,8 +107,11 @@ class NfaCompiler {
   Result<Nfa> Build(int32_t unit);
   // The unit's body is a counted repeat of a small body that could be layered, or nullopt.
   std::optional<CountedRepeat> LayeredRepeat(int32_t unit) const;
-  // The NFA of one copy of that repeat's body (same byte sets as the whole unit's).
-  Result<Nfa> BuildBody(int32_t unit, const CountedRepeat& r);
+  // The unit's body is a two-part sequence (head, tail), or nullopt.
+  std::optional<std::pair<ExprId, ExprId>> SequenceOfTwo(int32_t unit) const;
+  // The NFA of one expression inside the unit (a repeat's body, a sequence's part), with the
+  // unit's rule as the owner of anything it extracts.
+  Result<Nfa> BuildPart(int32_t unit, ExprId e);
 
  private:
   struct State;

@@ -520,7 +520,7 @@ ExprId Compiler::KeyNotIn(const std::vector<std::string>& names) {
         }
         other = b_.Alt({b_.CodePoints(rest), nd.kids.count('\\') ? b_.Nothing() : lex_.Escape()});
       }
-      it = diverge_rules_.emplace(cache_key, b_.Ref(b_.AddRule("key_rest", b_.Seq({other, tail})))).first;
+      it = diverge_rules_.emplace(cache_key, b_.Ref(b_.AddRule("key_rest", b_.SeqThen({other}, tail)))).first;
     }
     alts.push_back(it->second);
     return b_.Alt(std::move(alts));

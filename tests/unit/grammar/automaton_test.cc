@@ -264,5 +264,52 @@ TEST(Automaton, CountedRepeatOfAPrefixFreeBodyIsLayeredAndExact) {
   EXPECT_LT(prefixes, 3800u);
 }
 
+// A unit whose body is head·tail with a prefix-free head is built by joining the head's DFA to
+// the tail's, and the tail's DFA is built once for every unit that ends in it (the JSON Schema
+// front-end's "rest of an unlisted key" rules). A head that is not prefix-free ("a" | "ab")
+// takes the usual path. All three are checked against the reference recognizer.
+TEST(Automaton, SequencesEndingInASharedTailAreJoinedAndExact) {
+  auto v = testing::SmallVocab();
+  GrammarBuilder b;
+  ExprId tail = b.Seq({b.Star(b.Alt({b.ByteRange('a', 'c'), b.CodePoints({{0xe9, 0xe9}, {0x20ac, 0x20ac}})})), b.Literal("\"")});
+  RuleId r1 = b.AddRule("r1", b.SeqThen({b.Alt({b.Literal("x"), b.Seq({b.Literal("\\"), b.ByteRange('0', '9')})})}, tail));
+  RuleId r2 = b.AddRule("r2", b.SeqThen({b.CodePoints({{'d', 'f'}, {0x3b1, 0x3c9}})}, tail));
+  RuleId r3 = b.AddRule("r3", b.SeqThen({b.Alt({b.Literal("a"), b.Literal("ab")})}, tail));
+  RuleId root = b.AddRule("root", b.Alt({b.Seq({b.Literal("1"), b.Ref(r1)}), b.Seq({b.Literal("2"), b.Ref(r2)}),
+                                         b.Seq({b.Literal("3"), b.Ref(r3)})}));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto cg = CompiledGrammar::Compile(*g, v);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  auto ref = ReferenceRecognizer::Create(*g);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  EXPECT_EQ((*cg)->impl().automaton.concatenated_units, 2u);  // r1 and r2; r3's head is not prefix-free
+
+  std::mt19937 rng(5);
+  const std::vector<std::string> pieces = {"a", "b", "c", "d", "x", "\\", "7", "\"", "\xc3\xa9", "\xe2\x82\xac",
+                                           "\xce\xb2", "\xc3", "\xe2", "\xe2\x82", "\xce", "1", "2", "3", "ab"};
+  size_t accepted = 0, prefixes = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const int which = static_cast<int>(rng() % 3);
+    std::string s(1, static_cast<char>('1' + which));
+    static const std::vector<std::string> heads[3] = {{"x", "\\4"}, {"e", "\xce\xb2"}, {"a", "ab"}};
+    s += rng() % 4 ? heads[which][rng() % 2] : pieces[rng() % pieces.size()];
+    const size_t n = rng() % 8;
+    static const std::vector<std::string> body = {"a", "b", "c", "\xc3\xa9", "\xe2\x82\xac"};
+    for (size_t k = 0; k < n; ++k) s += rng() % 8 ? body[rng() % body.size()] : pieces[rng() % pieces.size()];
+    if (rng() % 3) s += "\"";
+    GrammarMatcher m(*cg);
+    const bool walked = m.AcceptString(s);
+    ASSERT_EQ(walked, ref->IsPrefix(s)) << s;
+    const bool whole = walked && m.CanTerminate();
+    ASSERT_EQ(whole, ref->Matches(s)) << s;
+    prefixes += walked;
+    accepted += whole;
+  }
+  EXPECT_GT(accepted, 100u);
+  EXPECT_GT(prefixes - accepted, 100u);
+  EXPECT_LT(prefixes, 3900u);
+}
+
 }  // namespace
 }  // namespace ladle::grammar
