@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "automaton_nfa.h"
+#include "ladle/core/logging.h"
 
 namespace ladle::grammar {
 
@@ -150,22 +151,19 @@ class Determinizer {
 
  private:
   void ComputeClasses() {
-    // Refine the partition of 0..255 by every byte set of the NFA. The remap is a flat array
-    // indexed by (old class, membership), reset per set: a std::map here was 14% of all
-    // compile time (units have hundreds of sets, each a 256-step refinement).
+    // Partition 0..255 by membership in every byte set of the NFA. Each set XORs its own
+    // 64-bit key into the signature of its bytes (cost: the sets' sizes, not 256 per set),
+    // bytes with equal signatures share a class, and the partition is then verified exactly
+    // (each set must hold whole classes), falling back to refinement one set at a time on a
+    // collision. Classes are numbered by their first byte either way.
     std::array<uint16_t, 256> cls{};
-    std::array<int16_t, 512> remap;
-    uint16_t n = 1;
-    for (const ByteSet& s : nfa_.sets) {
-      std::fill(remap.begin(), remap.begin() + 2 * n, int16_t{-1});
-      uint16_t m = 0;
-      for (int b = 0; b < 256; ++b) {
-        int16_t& slot = remap[cls[b] * 2 + (s.Has(static_cast<uint8_t>(b)) ? 1 : 0)];
-        if (slot < 0) slot = static_cast<int16_t>(m++);
-        cls[b] = static_cast<uint16_t>(slot);
-      }
-      n = m;
+    uint16_t n = SignatureClasses(cls) ? num_sig_classes_ : RefineClasses(cls);
+#ifndef NDEBUG
+    {  // Builds with asserts (the sanitizer stage of CI) check the fast path against the slow.
+      std::array<uint16_t, 256> slow{};
+      LADLE_CHECK(RefineClasses(slow) == n && slow == cls);
     }
+#endif
     dfa_.num_classes = n;
     for (int b = 0; b < 256; ++b) dfa_.class_map[b] = static_cast<uint8_t>(cls[b]);
     set_classes_.resize(nfa_.sets.size());
@@ -182,6 +180,71 @@ class Determinizer {
           }
         }
       }
+    }
+  }
+
+  bool SignatureClasses(std::array<uint16_t, 256>& cls) {
+    std::array<uint64_t, 256> sig{};
+    for (size_t i = 0; i < nfa_.sets.size(); ++i) {
+      uint64_t key = (i + 1) * 0x9E3779B97F4A7C15ULL;  // splitmix64 of the set's index
+      key = (key ^ (key >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      key = (key ^ (key >> 27)) * 0x94D049BB133111EBULL;
+      key ^= key >> 31;
+      ForBits(nfa_.sets[i], [&](int b) { sig[b] ^= key; });
+    }
+    std::array<uint64_t, 512> slot_sig;
+    std::array<int16_t, 512> slot_cls;
+    slot_cls.fill(-1);
+    uint16_t n = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (b > 0 && sig[b] == sig[b - 1]) {  // runs of bytes are the common case
+        cls[b] = cls[b - 1];
+        continue;
+      }
+      size_t i = (sig[b] ^ (sig[b] >> 32)) & 511;
+      while (slot_cls[i] >= 0 && slot_sig[i] != sig[b]) i = (i + 1) & 511;
+      if (slot_cls[i] < 0) {
+        slot_sig[i] = sig[b];
+        slot_cls[i] = static_cast<int16_t>(n++);
+      }
+      cls[b] = static_cast<uint16_t>(slot_cls[i]);
+    }
+    std::array<uint16_t, 256> size{}, hit{};
+    for (int b = 0; b < 256; ++b) ++size[cls[b]];
+    for (const ByteSet& s : nfa_.sets) {
+      bool ok = true;
+      ForBits(s, [&](int b) { ++hit[cls[b]]; });
+      ForBits(s, [&](int b) {
+        if (hit[cls[b]] != 0 && hit[cls[b]] != size[cls[b]]) ok = false;
+        hit[cls[b]] = 0;
+      });
+      if (!ok) return false;
+    }
+    num_sig_classes_ = n;
+    return true;
+  }
+
+  uint16_t RefineClasses(std::array<uint16_t, 256>& cls) {
+    std::array<int16_t, 512> remap;
+    uint16_t n = 1;
+    cls.fill(0);
+    for (const ByteSet& s : nfa_.sets) {
+      std::fill(remap.begin(), remap.begin() + 2 * n, int16_t{-1});
+      uint16_t m = 0;
+      for (int b = 0; b < 256; ++b) {
+        int16_t& slot = remap[cls[b] * 2 + (s.Has(static_cast<uint8_t>(b)) ? 1 : 0)];
+        if (slot < 0) slot = static_cast<int16_t>(m++);
+        cls[b] = static_cast<uint16_t>(slot);
+      }
+      n = m;
+    }
+    return n;
+  }
+
+  template <typename F>
+  static void ForBits(const ByteSet& s, F&& f) {
+    for (int w = 0; w < 4; ++w) {
+      for (uint64_t bits = s.bits[w]; bits; bits &= bits - 1) f(w * 64 + __builtin_ctzll(bits));
     }
   }
 
@@ -246,6 +309,7 @@ class Determinizer {
   Budget& budget_;
   Dfa dfa_;
   std::vector<std::vector<uint8_t>> set_classes_;
+  uint16_t num_sig_classes_ = 0;
   std::vector<std::pair<int32_t, int32_t>> calls_, specials_;
   static constexpr size_t kSameSlots = 512;  // > 2 x the most byte classes (256)
   struct SameSlot {
