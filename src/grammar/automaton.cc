@@ -576,6 +576,20 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   }
   if (total > INT32_MAX / 2) return ResourceExhausted("grammar automaton has too many states");
   for (const auto& unit : table.units) a.unit_rule.push_back(unit.rule);
+  size_t entries = 0, num_calls = 0, num_specials = 0;
+  for (const Dfa& d : dfas) {
+    entries += d.next.size();
+    for (const auto& c : d.calls) num_calls += c.size();
+    for (const auto& sp : d.specials) num_specials += sp.size();
+  }
+  a.unit_of.reserve(total);
+  a.accepting.reserve(total);
+  a.trans_off.reserve(total);
+  a.call_begin.reserve(total + 1);
+  a.special_begin.reserve(total + 1);
+  a.next.reserve(entries);
+  a.calls.reserve(num_calls);
+  a.specials.reserve(num_specials);
   for (size_t u = 0; u < num_units; ++u) {
     const Dfa& d = dfas[u];
     a.unit_start.push_back(base[u]);
@@ -585,10 +599,8 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
       a.unit_of.push_back(static_cast<int32_t>(u));
       a.accepting.push_back(d.accepting[s]);
       a.trans_off.push_back(static_cast<uint32_t>(a.next.size()));
-      for (uint16_t c = 0; c < d.num_classes; ++c) {
-        int32_t t = d.next[s * d.num_classes + c];
-        a.next.push_back(t < 0 ? -1 : base[u] + t);
-      }
+      const int32_t* row = &d.next[s * d.num_classes];
+      for (uint16_t c = 0; c < d.num_classes; ++c) a.next.push_back(row[c] < 0 ? -1 : base[u] + row[c]);
       a.call_begin.push_back(static_cast<uint32_t>(a.calls.size()));
       for (const auto& [r, ret] : d.calls[s]) {
         a.calls.push_back({base[r], base[u] + ret});
@@ -621,6 +633,7 @@ void FinishAutomaton(Automaton& a) {
     uint8_t pending;
   };
   std::vector<Edge> edges;
+  edges.reserve(n * 3 + a.calls.size());
   std::vector<uint32_t> stamp(n, UINT32_MAX);
   for (size_t i = 0; i < n; ++i) {
     const auto g = static_cast<int32_t>(i);
