@@ -522,7 +522,8 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   NfaCompiler nb(g, budget, table);
   table.ForRule(g, g.root);
   std::vector<Dfa> dfas;
-  uint32_t layered_units = 0, concatenated_units = 0;
+  std::vector<Automaton::Layered> layered;
+  uint32_t concatenated_units = 0;
   std::unordered_map<ExprId, Dfa> tails;  // a sequence's last part -> its DFA, shared
   for (size_t u = 0; u < table.units.size(); ++u) {
     if (auto rep = nb.LayeredRepeat(static_cast<int32_t>(u))) {
@@ -530,11 +531,12 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
       Determinizer det(body, budget);
       LADLE_ASSIGN_OR_RETURN(Dfa one, det.Run());
       budget.used -= std::min(budget.used, body.size() * kNfaStateBytes);
-      LADLE_ASSIGN_OR_RETURN(std::optional<Dfa> layered, LayerRepeat(one, rep->min, rep->max, budget));
+      LADLE_ASSIGN_OR_RETURN(std::optional<Dfa> layered_dfa, LayerRepeat(one, rep->min, rep->max, budget));
       budget.used -= std::min(budget.used, one.size() * (kDfaStateBytes + one.num_classes * sizeof(int32_t)));
-      if (layered) {
-        ++layered_units;
-        dfas.push_back(std::move(*layered));
+      if (layered_dfa) {
+        layered.push_back({static_cast<int32_t>(u), static_cast<int32_t>((layered_dfa->size() - 1) / rep->max),
+                           rep->min, rep->max});
+        dfas.push_back(std::move(*layered_dfa));
         continue;
       }
     }
@@ -566,7 +568,7 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   }
   const size_t num_units = table.units.size();
   Automaton a;
-  a.layered_units = layered_units;
+  a.layered = std::move(layered);
   a.concatenated_units = concatenated_units;
   std::vector<int32_t> base(num_units);
   size_t total = 0;

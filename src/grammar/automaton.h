@@ -39,10 +39,18 @@ struct Automaton {
   std::vector<int32_t> unit_start;
   std::vector<std::array<uint8_t, 256>> class_map;  // byte -> class
   std::vector<uint16_t> num_classes;
-  // How many units were built by layering a counted repeat's body (automaton.cc,
-  // LayerRepeat) instead of subset construction. A compile statistic: not serialised.
-  uint32_t layered_units = 0;
+  // Units built by layering a counted repeat's body (automaton.cc, LayerRepeat): local state
+  // k * per_layer + q is state q of the body's DFA after k complete copies, and the last
+  // state (max * per_layer) is the one after `max`. The classifier's layer slice
+  // (classify.cc, ClassifyLayer) reads the count off the state number.
+  struct Layered {
+    int32_t unit = 0;
+    int32_t per_layer = 0;
+    uint32_t min = 0, max = 0;
+  };
+  std::vector<Layered> layered;
   // Units built by joining a prefix-free head's DFA to a shared tail's (automaton.cc, Concat).
+  // A compile statistic: not serialised.
   uint32_t concatenated_units = 0;
 
   // By global state.

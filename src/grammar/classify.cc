@@ -5,7 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
+
+#include <xxhash.h>
 
 #include "mask_cache.h"
 #include "matcher_sim.h"
@@ -36,6 +41,10 @@ void RefineBlocks(std::array<uint8_t, 256>& block, KeyOf&& key_of) {
 // Past this many accepted tokens off the commonest completion length, an entry carries no
 // budget data (the matcher walks its tokens when the budget is tight).
 constexpr size_t kMaxBudgetExceptions = 16384;
+
+struct PairKeyHash {
+  size_t operator()(const std::pair<uint64_t, uint64_t>& k) const { return k.first ^ (k.second * 0x9E3779B97F4A7C15ULL); }
+};
 
 // The classifier's view of the pushdown automaton as a lazily built DFA over closed stack
 // sets: inside one frame the same few sets recur at every trie depth, so each trie step is
@@ -416,8 +425,8 @@ inline bool NoteShort(BodyShorts& s, int c, uint32_t d) {
 // the state's own (callee stacks the closure adds complete no sooner), and a dead path is a
 // dead set (kNo); otherwise budget data is not derived here (`budget` = false) and a dead
 // path says nothing (kUnknown: the set-level check decides).
-Containment RawContainment(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, BodyShorts& shorts,
-                           bool& budget, bool& one_state) {
+Containment RawContainment(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, const ByteSet& skip,
+                           BodyShorts& shorts, bool& budget, bool& one_state) {
   constexpr size_t kMaxAlts = 4, kMaxPairs = 4096;
   using Alts = std::array<int32_t, kMaxAlts>;  // sorted, -1 padded
   bool calls_met = false;
@@ -535,7 +544,10 @@ Containment RawContainment(const Automaton& a, const TokenVocabulary::Impl& v, i
     if (p.depth == TokenVocabulary::Impl::kShortTokenBytes) continue;
     const RepEntry& reps = Reps(p.x, p.body);
     // Only bytes some token has here (at this offset, in this body state).
-    const ByteSet& next = v.body_next[p.depth * StringBody::kStates + static_cast<size_t>(p.body)];
+    ByteSet next = v.body_next[p.depth * StringBody::kStates + static_cast<size_t>(p.body)];
+    if (p.depth == 0) {
+      for (int w = 0; w < 4; ++w) next.bits[w] &= ~skip.bits[w];
+    }
     for (size_t r = 0; r < reps.reps.size(); ++r) {
       const ByteSet& blk = reps.blocks[r];
       if (!((blk.bits[0] & next.bits[0]) | (blk.bits[1] & next.bits[1]) | (blk.bits[2] & next.bits[2]) |
@@ -614,7 +626,7 @@ std::vector<uint16_t> ListLcp(const TokenVocabulary::Impl& v, const std::vector<
 }
 
 // The same check over the classifier's sets (calls followed, several stacks at once).
-bool SetContainment(SetDfa& dfa, int32_t start, BodyShorts& shorts, bool& budget) {
+bool SetContainment(SetDfa& dfa, int32_t start, const ByteSet& skip, BodyShorts& shorts, bool& budget) {
   constexpr size_t kMaxPairs = 4096;
   struct Pair {
     int32_t set;
@@ -637,7 +649,7 @@ bool SetContainment(SetDfa& dfa, int32_t start, BodyShorts& shorts, bool& budget
     // One byte per (automaton byte block, body target): the others step alike.
     uint64_t done[4 * StringBody::kStates] = {};
     for (int b = 0; b < 256; ++b) {
-      if (b == '"') continue;
+      if (b == '"' || (p.depth == 0 && skip.Has(static_cast<uint8_t>(b)))) continue;
       const int c = StringBody::Step(p.body, static_cast<uint8_t>(b));
       if (c < 0) continue;
       const uint8_t r = dfa.Rep(p.set, static_cast<uint8_t>(b));
@@ -669,14 +681,23 @@ bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int3
   short_of.fill(kUnsetDist);
   bool budget = true;
   bool one_state = false;
-  const Containment raw = RawContainment(a, v, state, short_of, budget, one_state);
+  // First bytes the state has no transition on, when dying there rejects (no pop, no callee):
+  // the tokens that start with them are left out of the check and of the accepted set. The
+  // rest of an unlisted key starts this way (one excluded character, then any string).
+  ByteSet skip;
+  if (!a.accepting[state] && a.call_begin[state] == a.call_begin[state + 1]) {
+    for (int b = 0x20; b < 0x80; ++b) {
+      if (b != '"' && a.next[a.trans_off[state] + a.class_map[a.unit_of[state]][b]] < 0) skip.Set(static_cast<uint8_t>(b));
+    }
+  }
+  const Containment raw = RawContainment(a, v, state, skip, short_of, budget, one_state);
   if (raw == Containment::kNo) return false;
   SetDfa dfa(a);
   const int32_t start = dfa.Start(state);
   if (raw == Containment::kUnknown) {
     short_of.fill(kUnsetDist);
     budget = true;
-    if (!SetContainment(dfa, start, short_of, budget)) return false;
+    if (!SetContainment(dfa, start, skip, short_of, budget)) return false;
   }
   // 2. Every body-accepted token is accepted here; the rest are walked: on the DFA alone
   //    where that is exact, else (and for the tokens that leave those conditions) as sets.
@@ -698,8 +719,22 @@ bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int3
   e.uncertain_count = 0;
   for (auto [lo, hi] : e.uncertain) e.uncertain_count += hi - lo;
   e.accepted_bits = v.body_ok;
+  size_t skipped = 0;
+  if (!skip.Empty()) {
+    for (int b = 0x20; b < 0x80; ++b) {
+      if (!skip.Has(static_cast<uint8_t>(b))) continue;
+      for (uint32_t i = v.first_byte_end[b - 1]; i < v.first_byte_end[b]; ++i) {
+        const TokenId id = v.sorted[i];
+        uint64_t& w = e.accepted_bits[id >> 6];
+        const uint64_t bit = uint64_t{1} << (id & 63);
+        skipped += (w & bit) != 0;
+        w &= ~bit;
+      }
+    }
+    budget = false;  // body_end's exceptions would include the skipped tokens
+  }
   for (TokenId id : acc.ids) e.accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
-  e.accepted_count = v.body_ok_count + acc.ids.size();  // the walked lists are disjoint from it
+  e.accepted_count = v.body_ok_count - skipped + acc.ids.size();  // the walked lists are disjoint from it
   // 3. Budget data: the body-accepted tokens at the completion length of their end state's
   //    sets, the walked ones at their own.
   budget &= short_of[0] != kUnsetDist;
@@ -730,6 +765,173 @@ bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int3
   }
   *out = std::move(e);
   return true;
+}
+
+namespace {
+
+// Per layered unit, what each token does from a layer boundary on the layer's own DFA (the
+// body's): `chars` by sorted trie position is how many layers it advances — complete copies,
+// plus one for a copy it leaves unfinished — or kWalk when it leaves the body (a quote, a
+// byte the body rejects, past 254 copies); those are listed for a walk. Equal bodies (every
+// JSON string with a maxLength, in any grammar) share one table, process-wide, and so do
+// the entries built from it: an entry is frame-local, so at a boundary it depends only on
+// the layers left and how many of them must still be taken, whichever grammar it is in.
+struct LayerTokens {
+  static constexpr uint8_t kWalk = 0xFF;
+  std::vector<uint8_t> chars;
+  uint8_t most = 0;                          // the largest `chars` below kWalk
+  std::vector<std::vector<TokenId>> by_chars;  // [c]: the body tokens with chars == c
+  std::vector<uint64_t> all_bits;            // every body token
+  size_t all_count = 0;
+  std::vector<uint32_t> walk_pos;
+  std::vector<uint16_t> walk_lcp;
+  mutable std::mutex mu;
+  mutable std::map<std::pair<uint32_t, uint32_t>, std::shared_ptr<const MaskEntry>> entries;  // (left, need)
+};
+
+// Slices whose walked list is larger than this are no cheaper than a full classification.
+constexpr size_t kMaxLayerWalk = 16384;
+
+std::shared_ptr<const LayerTokens> LayerTokensFor(const Automaton& a, const TokenVocabulary::Impl& v,
+                                                  const Automaton::Layered& l) {
+  const int32_t u = l.unit, n = l.per_layer, s0 = a.unit_start[u];
+  const uint16_t nc = a.num_classes[u];
+  // The layer's table relative to its start: n rows, targets local (n = the next layer's start).
+  std::vector<int32_t> rows(static_cast<size_t>(n) * nc);
+  for (int32_t x = 0; x < n; ++x) {
+    for (uint16_t c = 0; c < nc; ++c) {
+      const int32_t t = a.next[a.trans_off[s0 + x] + c];
+      rows[static_cast<size_t>(x) * nc + c] = t < s0 || t > s0 + n ? -1 : t - s0;
+    }
+  }
+  XXH3_state_t* hs = XXH3_createState();
+  XXH3_128bits_reset(hs);
+  XXH3_128bits_update(hs, &v.fingerprint, sizeof v.fingerprint);
+  XXH3_128bits_update(hs, &n, sizeof n);
+  XXH3_128bits_update(hs, a.class_map[u].data(), 256);
+  XXH3_128bits_update(hs, rows.data(), rows.size() * sizeof(int32_t));
+  const XXH128_hash_t h = XXH3_128bits_digest(hs);
+  XXH3_freeState(hs);
+  const std::pair<uint64_t, uint64_t> key{h.low64, h.high64};
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const LayerTokens>,
+                                              PairKeyHash>();  // never destroyed, like the mask cache
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache->find(key); it != cache->end()) return it->second;
+  }
+  auto lt = std::make_shared<LayerTokens>();
+  const size_t total = v.sorted.size();
+  lt->chars.assign(total, LayerTokens::kWalk);
+  lt->by_chars.resize(LayerTokens::kWalk);
+  lt->all_bits.assign(v.words(), 0);
+  const auto& cm = a.class_map[u];
+  std::vector<int32_t> at(1, 0);     // at[d]: layer-local state after d bytes of the current token
+  std::vector<uint32_t> done(1, 0);  // done[d]: copies completed by then
+  size_t valid = 0;
+  for (size_t i = 0; i < total;) {
+    std::string_view tok = v.SortedBytes(static_cast<uint32_t>(i));
+    const size_t len = tok.size();
+    if (at.size() < len + 1) {
+      at.resize(len + 1);
+      done.resize(len + 1);
+    }
+    size_t p = std::min<size_t>(v.lcp[i], valid);
+    for (; p < len; ++p) {
+      const int32_t t = rows[static_cast<size_t>(at[p]) * nc + cm[static_cast<uint8_t>(tok[p])]];
+      if (t < 0) break;
+      at[p + 1] = t == n ? 0 : t;
+      done[p + 1] = done[p] + (t == n ? 1 : 0);
+    }
+    if (p < len) {  // every token below this prefix leaves the body the same way
+      valid = p;
+      const uint32_t end = v.GroupEnd(static_cast<uint32_t>(i), p + 1);
+      for (uint32_t j = static_cast<uint32_t>(i); j < end; ++j) lt->walk_pos.push_back(j);
+      i = end;
+      continue;
+    }
+    valid = len;
+    const uint32_t adv = done[len] + (at[len] != 0 ? 1 : 0);
+    if (adv < LayerTokens::kWalk && adv > 0) {
+      const TokenId id = v.sorted[i];
+      lt->chars[i] = static_cast<uint8_t>(adv);
+      lt->most = std::max(lt->most, static_cast<uint8_t>(adv));
+      lt->by_chars[adv].push_back(id);
+      lt->all_bits[id >> 6] |= uint64_t{1} << (id & 63);
+      ++lt->all_count;
+    } else {
+      lt->walk_pos.push_back(static_cast<uint32_t>(i));
+    }
+    ++i;
+  }
+  lt->walk_lcp = ListLcp(v, lt->walk_pos);
+  std::lock_guard<std::mutex> lock(mu);
+  return cache->try_emplace(key, std::move(lt)).first->second;
+}
+
+}  // namespace
+
+std::shared_ptr<const MaskEntry> ClassifyLayer(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
+  const int32_t u = a.unit_of[state];
+  const Automaton::Layered* l = nullptr;
+  for (const auto& x : a.layered) {
+    if (x.unit == u) l = &x;
+  }
+  if (!l) return nullptr;
+  const int32_t local = state - a.unit_start[u];
+  const uint32_t layer = static_cast<uint32_t>(local / l->per_layer);
+  if (local % l->per_layer != 0 || layer >= l->max) return nullptr;  // inside a copy, or the end
+  const std::shared_ptr<const LayerTokens> lt = LayerTokensFor(a, v, *l);
+  if (lt->walk_pos.size() > kMaxLayerWalk) return nullptr;
+  // A token crosses at most as many boundaries as it has bytes: counts past that look alike.
+  const auto cap = static_cast<uint32_t>(v.max_token_len + 1);
+  const uint32_t left = std::min(l->max - layer, cap);
+  const uint32_t need = std::min(l->min > layer ? l->min - layer : 0u, cap);
+  {
+    std::lock_guard<std::mutex> lock(lt->mu);
+    if (auto it = lt->entries.find({left, need}); it != lt->entries.end()) return it->second;
+  }
+  // Body tokens take `chars` layers: accepted while that many are left. The others reach the
+  // last layer's end, where the frame may pop, before they are through: uncertain.
+  auto e = std::make_shared<MaskEntry>();
+  size_t within = 0;
+  for (uint32_t c = 1; c <= std::min<uint32_t>(left, lt->most); ++c) within += lt->by_chars[c].size();
+  if (2 * within >= lt->all_count) {
+    e->accepted_bits = lt->all_bits;
+    for (uint32_t c = left + 1; c <= lt->most; ++c) {
+      for (TokenId id : lt->by_chars[c]) e->accepted_bits[id >> 6] &= ~(uint64_t{1} << (id & 63));
+    }
+  } else {
+    e->accepted_bits.assign(v.words(), 0);
+    for (uint32_t c = 1; c <= left; ++c) {
+      for (TokenId id : lt->by_chars[c]) e->accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  }
+  e->accepted_count = within;
+  if (left < lt->most) {
+    for (size_t i = 0; i < lt->chars.size(); ++i) {
+      const uint8_t c = lt->chars[i];
+      if (c != LayerTokens::kWalk && c > left) AddUncertain(*e, static_cast<uint32_t>(i), static_cast<uint32_t>(i) + 1);
+    }
+  }
+  // The tokens that leave the body, walked on the stack sets as in a full classification.
+  SetDfa dfa(a);
+  Accepted acc;
+  MaskEntry walked;
+  WalkList(dfa, v, lt->walk_pos, lt->walk_lcp, dfa.Start(state), acc, walked);
+  if (dfa.overflowed()) return nullptr;
+  for (TokenId id : acc.ids) e->accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
+  e->accepted_count += acc.ids.size();
+  e->uncertain.insert(e->uncertain.end(), walked.uncertain.begin(), walked.uncertain.end());
+  std::sort(e->uncertain.begin(), e->uncertain.end());
+  MergeRanges(e->uncertain);
+  e->uncertain_count = 0;
+  for (auto [lo, hi] : e->uncertain) e->uncertain_count += hi - lo;
+  // Completion lengths vary with the count: budget narrowing takes the full classification.
+  e->budget_known = false;
+  e->budget_deferred = true;
+  std::lock_guard<std::mutex> lock(lt->mu);
+  return lt->entries.try_emplace({left, need}, std::move(e)).first->second;
 }
 
 MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const MaskEntry& y) {

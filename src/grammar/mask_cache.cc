@@ -25,7 +25,7 @@ struct PairHash {
 };
 
 struct SharedCache {
-  std::atomic<size_t> body_slices{0};
+  std::atomic<size_t> body_slices{0}, layer_slices{0};
   std::mutex mu;
   std::unordered_map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const MaskEntry>, PairHash> map;
   size_t bytes = 0, hits = 0, misses = 0;
@@ -160,6 +160,10 @@ MaskCache::~MaskCache() = default;
 const MaskEntry& MaskCache::Get(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
   if (const MaskEntry* e = slots_[state].load(std::memory_order_acquire)) return *e;
   std::shared_ptr<const MaskEntry> entry;
+  if (auto layer = ClassifyLayer(a, v, state)) {
+    Shared().layer_slices.fetch_add(1, std::memory_order_relaxed);
+    return Install(slots_.get(), state, std::move(layer));
+  }
   if (MaskEntry body; ClassifyStringBody(a, v, state, &body)) {
     Shared().body_slices.fetch_add(1, std::memory_order_relaxed);
     entry = std::make_shared<const MaskEntry>(std::move(body));
@@ -248,7 +252,8 @@ size_t MaskCache::MemoryBytes() const {
 SharedMaskCacheStats GetSharedMaskCacheStats() {
   SharedCache& sc = Shared();
   std::lock_guard<std::mutex> lock(sc.mu);
-  return {sc.map.size(), sc.bytes, sc.hits, sc.misses, sc.body_slices.load(std::memory_order_relaxed)};
+  return {sc.map.size(), sc.bytes, sc.hits, sc.misses, sc.body_slices.load(std::memory_order_relaxed),
+          sc.layer_slices.load(std::memory_order_relaxed)};
 }
 
 }  // namespace ladle::grammar

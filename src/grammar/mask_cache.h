@@ -72,6 +72,13 @@ bool ClassifyStateWithin(const Automaton& a, const TokenVocabulary::Impl& v, int
 // written) when the state does not qualify. Budget data is exact when each body state
 // fixes the completion length after it, else left out (budget_known = false).
 bool ClassifyStringBody(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state, MaskEntry* out);
+// The layer slice: at a layer boundary of a layered counted repeat (Automaton::layered: a
+// JSON string with maxLength, a bounded pattern) a token inside the body is accepted iff the
+// layers it takes are left, which a per-body table gives at once; the tokens that leave the
+// body (a quote, ~2k for strings) are walked. No budget
+// data (budget_deferred). Entries are shared by every boundary alike (same body, layers left
+// and layers still needed), in any grammar; nullptr elsewhere.
+std::shared_ptr<const MaskEntry> ClassifyLayer(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
 // The entry of the union of two disjoint token spans' entries of one state.
 MaskEntry MergeEntries(const TokenVocabulary::Impl& v, const MaskEntry& x, const MaskEntry& y);
 
@@ -109,7 +116,8 @@ bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pai
 // Process-wide cache statistics (tests and bench).
 struct SharedMaskCacheStats {
   size_t entries = 0, bytes = 0, hits = 0, misses = 0;
-  size_t body_slices = 0;  // entries built by ClassifyStringBody (never in the shared table)
+  size_t body_slices = 0;   // entries built by ClassifyStringBody (never in the shared table)
+  size_t layer_slices = 0;  // entries built by ClassifyLayer (likewise)
 };
 SharedMaskCacheStats GetSharedMaskCacheStats();
 

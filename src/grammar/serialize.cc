@@ -112,6 +112,16 @@ Status Validate(const Automaton& a, const Grammar& g) {
   for (const auto& sp : a.specials) {
     if (sp.next < 0 || static_cast<size_t>(sp.next) >= n) return Corrupt("special target");
   }
+  for (const auto& l : a.layered) {
+    if (l.unit < 0 || static_cast<size_t>(l.unit) >= nu || l.per_layer <= 0 || l.max == 0 || l.min > l.max) {
+      return Corrupt("layered unit");
+    }
+    const size_t end = static_cast<size_t>(l.unit) + 1 < nu ? static_cast<size_t>(a.unit_start[l.unit + 1]) : n;
+    if (end < static_cast<size_t>(a.unit_start[l.unit]) ||
+        end - a.unit_start[l.unit] != uint64_t{l.max} * static_cast<uint64_t>(l.per_layer) + 1) {
+      return Corrupt("layered unit size");
+    }
+  }
   return Status::Ok();
 }
 
@@ -156,6 +166,7 @@ std::string CompiledGrammar::Serialize() const {
   w.PutVec(a.next);
   w.PutVec(a.calls);
   w.PutVec(a.specials);
+  w.PutVec(a.layered);
   return w.Take();
 }
 
@@ -206,7 +217,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Deserialize(
   if (!r.Get(&a.start) || !r.GetVec(&a.unit_rule) || !r.GetVec(&a.unit_start) || !r.GetVec(&a.class_map) ||
       !r.GetVec(&a.num_classes) || !r.GetVec(&a.unit_of) || !r.GetVec(&a.accepting) || !r.GetVec(&a.trans_off) ||
       !r.GetVec(&a.call_begin) || !r.GetVec(&a.special_begin) || !r.GetVec(&a.out_bytes) || !r.GetVec(&a.dist) ||
-      !r.GetVec(&a.next) || !r.GetVec(&a.calls) || !r.GetVec(&a.specials) || !r.AtEnd()) {
+      !r.GetVec(&a.next) || !r.GetVec(&a.calls) || !r.GetVec(&a.specials) || !r.GetVec(&a.layered) || !r.AtEnd()) {
     return Corrupt("truncated automaton");
   }
   LADLE_RETURN_IF_ERROR(Validate(a, g));

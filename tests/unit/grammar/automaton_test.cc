@@ -231,7 +231,9 @@ TEST(Automaton, CountedRepeatOfAPrefixFreeBodyIsLayeredAndExact) {
     EXPECT_EQ(states % 40, 1u) << states << " states: not 40 layers plus a final state";
   }
   EXPECT_TRUE(found) << "the repeat was inlined, not a unit";
-  EXPECT_EQ(a.layered_units, 1u);  // str; ab is not prefix-free
+  ASSERT_EQ(a.layered.size(), 1u);  // str; ab is not prefix-free
+  EXPECT_EQ(a.layered[0].max, 40u);
+  EXPECT_EQ(a.layered[0].min, 3u);
 
   std::mt19937 rng(11);
   const std::vector<std::string> pieces = {"x", "\"", "\\", "n", "u", "0", "f", "g", "\xc3\xa9", "\xe2\x82\xac",

@@ -12,6 +12,7 @@
 #include "ladle/json/json.h"
 #include "ladle/tokenizer/tokenizer.h"
 #include "mask_cache.h"
+#include "matcher_impl.h"
 #include "matcher_test_util.h"
 #include "test_data.h"
 
@@ -121,6 +122,45 @@ TEST(Mask, IdenticalSubAutomataShareAcrossGrammars) {
   EXPECT_TRUE(testing::Bit(mask2, ds.tok->TokenToId("hello").value_or(0)));
 }
 
+// After `prefix`, every id's mask bit must be what AcceptToken says, and with a budget the
+// kept tokens must be exactly those whose shortest completion fits (ids checked on a stride
+// under the sanitizers).
+void CheckTokenByToken(const std::shared_ptr<const CompiledGrammar>& cg, const TokenVocabulary& vocab,
+                       const std::string& prefix) {
+  const size_t n = vocab.vocab_size();
+  const size_t step = ladle::testing::kSanitized ? 16 : 1;
+  GrammarMatcher m(cg, MatcherOptions{.budget_aware = false});
+  ASSERT_TRUE(m.AcceptString(prefix)) << prefix;
+  auto bits = testing::Mask(m, n);
+  std::vector<std::pair<TokenId, uint32_t>> after;  // allowed ids, shortest completion after
+  for (TokenId id = 0; id < n; ++id) {
+    const bool bit = testing::Bit(bits, id);
+    if (!bit && id % step != 0) continue;
+    const bool ok = m.AcceptToken(id);
+    ASSERT_EQ(bit, ok) << "id " << id << " '" << vocab.TokenBytes(id) << "' after '" << prefix << "'";
+    if (ok) {
+      after.push_back({id, m.ShortestCompletionTokens()});
+      ASSERT_TRUE(m.Rollback(1).ok());
+    }
+  }
+  ASSERT_FALSE(after.empty()) << prefix;
+  uint32_t best = UINT32_MAX;
+  for (auto [id, d] : after) best = std::min(best, d);
+  for (uint32_t extra : {1u, 2u, 4u, 9u}) {
+    GrammarMatcher b(cg);
+    ASSERT_TRUE(b.AcceptString(prefix));
+    const uint32_t remaining = b.ShortestCompletionTokens() + extra;
+    b.SetRemainingTokens(remaining);
+    auto kept = testing::Mask(b, n);
+    const uint32_t limit = std::max(remaining - 1, best);
+    for (auto [id, d] : after) {
+      ASSERT_EQ(testing::Bit(kept, id), d <= limit)
+          << "'" << vocab.TokenBytes(id) << "' completes in " << d << ", " << remaining << " left after '"
+          << prefix << "'";
+    }
+  }
+}
+
 // The string-body slice on the real vocabulary: inside strings (plain, length-bounded, near
 // the bound, mid-character, after a backslash), at keys where unlisted keys are allowed and
 // in a pattern, every id's mask bit must be what AcceptToken says, and with a budget the
@@ -130,7 +170,6 @@ TEST(Mask, StringBodySliceMatchesTokenByToken) {
   LADLE_REQUIRE_DATA(path);
   const std::shared_ptr<const TokenVocabulary> vocab = testing::LoadDeepSeek(path).vocab;
   ASSERT_TRUE(vocab);
-  const size_t n = vocab->vocab_size();
   struct Case {
     const char* schema;
     std::vector<std::string> prefixes;
@@ -143,7 +182,6 @@ TEST(Mask, StringBodySliceMatchesTokenByToken) {
       {R"({"type":"array","items":{"type":"string","pattern":"^[a-z ]+$"}})", {"[\"", "[\"ab"}},
   };
   const auto before = GetSharedMaskCacheStats();
-  const size_t step = ladle::testing::kSanitized ? 16 : 1;
   for (const Case& c : cases) {
     auto schema = json::Parse(c.schema);
     ASSERT_TRUE(schema.ok());
@@ -152,40 +190,87 @@ TEST(Mask, StringBodySliceMatchesTokenByToken) {
     auto cg = CompiledGrammar::Compile(*g, vocab);
     ASSERT_TRUE(cg.ok());
     for (const std::string& prefix : c.prefixes) {
-      GrammarMatcher m(*cg, MatcherOptions{.budget_aware = false});
-      ASSERT_TRUE(m.AcceptString(prefix)) << prefix;
-      auto bits = testing::Mask(m, n);
-      std::vector<std::pair<TokenId, uint32_t>> after;  // allowed ids, shortest completion after
-      for (TokenId id = 0; id < n; ++id) {
-        const bool bit = testing::Bit(bits, id);
-        if (!bit && id % step != 0) continue;
-        const bool ok = m.AcceptToken(id);
-        ASSERT_EQ(bit, ok) << "id " << id << " '" << vocab->TokenBytes(id) << "' after '" << prefix << "'";
-        if (ok) {
-          after.push_back({id, m.ShortestCompletionTokens()});
-          ASSERT_TRUE(m.Rollback(1).ok());
-        }
-      }
-      ASSERT_FALSE(after.empty()) << prefix;
-      uint32_t best = UINT32_MAX;
-      for (auto [id, d] : after) best = std::min(best, d);
-      for (uint32_t extra : {1u, 2u, 4u, 9u}) {
-        GrammarMatcher b(*cg);
-        ASSERT_TRUE(b.AcceptString(prefix));
-        const uint32_t remaining = b.ShortestCompletionTokens() + extra;
-        b.SetRemainingTokens(remaining);
-        auto kept = testing::Mask(b, n);
-        const uint32_t limit = std::max(remaining - 1, best);
-        for (auto [id, d] : after) {
-          ASSERT_EQ(testing::Bit(kept, id), d <= limit)
-              << "'" << vocab->TokenBytes(id) << "' completes in " << d << ", " << remaining << " left after '"
-              << prefix << "'";
-        }
-      }
+      CheckTokenByToken(*cg, *vocab, prefix);
+      if (HasFatalFailure()) return;
     }
   }
   // The slice did the work in string bodies and at the keys.
   EXPECT_GE(GetSharedMaskCacheStats().body_slices - before.body_slices, 6u);
+}
+
+
+// The layer slice (a maxLength string's boundaries, far from and near the bound, with and
+// without minLength still to meet) and the string-body slice at the rest of an unlisted key
+// (first characters excluded): every id's mask bit must be what AcceptToken says.
+TEST(Mask, LayerAndUnlistedKeySlicesMatchTokenByToken) {
+  const std::string path = ladle::testing::TokenizerPath();
+  LADLE_REQUIRE_DATA(path);
+  const std::shared_ptr<const TokenVocabulary> vocab = testing::LoadDeepSeek(path).vocab;
+  ASSERT_TRUE(vocab);
+  auto schema = json::Parse(
+      R"({"type":"object","properties":{"id":{"type":"string","minLength":3,"maxLength":20},)"
+      R"("code":{"type":"string","minLength":36,"maxLength":36},"count":{"type":"integer"}}})");
+  ASSERT_TRUE(schema.ok());
+  auto g = JsonSchemaGrammar(*schema, {.whitespace = JsonSchemaOptions::Whitespace::kCompact});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto cg = CompiledGrammar::Compile(*g, vocab);
+  ASSERT_TRUE(cg.ok());
+  ASSERT_FALSE((*cg)->impl().automaton.layered.empty());
+  const auto before = GetSharedMaskCacheStats();
+  const std::vector<std::string> prefixes = {
+      "{\"id\":\"", "{\"id\":\"a", "{\"id\":\"ab", "{\"id\":\"" + std::string(12, 'x'), "{\"id\":\"" + std::string(17, 'x'),
+      "{\"id\":\"" + std::string(19, 'x'), "{\"id\":\"" + std::string(20, 'x'), "{\"id\":\"\xc3\xa9\xe4\xb8\xad",
+      "{\"code\":\"" + std::string(30, '7'), "{\"code\":\"" + std::string(35, '7'), "{\"c", "{\"co", "{\"x",
+      "{\"i", "{\"idx", "{\"count\":1,\"", "{\"count\":1,\"q"};
+  for (const std::string& prefix : prefixes) {
+    CheckTokenByToken(*cg, *vocab, prefix);
+    if (HasFatalFailure()) return;
+  }
+  const auto after = GetSharedMaskCacheStats();
+  EXPECT_GE(after.layer_slices - before.layer_slices, 8u);
+  EXPECT_GE(after.body_slices - before.body_slices, 3u);
+
+  // The slices against the full classification, state by state (a mask is a union over the
+  // stack tops, which can hide a wrong entry: the tokens an unlisted key's rest excludes are
+  // allowed through the name trie anyway). Accepted sets must be equal, and every token a
+  // slice rejects outright must be rejected by the full classification too.
+  const Automaton& a = (*cg)->impl().automaton;
+  const TokenVocabulary::Impl& v = vocab->impl();
+  auto accepted = [&](const MaskEntry& e) {
+    std::vector<uint8_t> by_id(v.vocab_size, 0);
+    if (!e.accepted_bits.empty()) {
+      for (size_t id = 0; id < v.vocab_size; ++id) by_id[id] = (e.accepted_bits[id >> 6] >> (id & 63)) & 1;
+    }
+    for (TokenId id : e.accepted_ids) by_id[id] = 1;
+    return by_id;
+  };
+  auto uncertain = [&](const MaskEntry& e) {
+    std::vector<uint8_t> by_id(v.vocab_size, 0);
+    for (auto [lo, hi] : e.uncertain) {
+      for (uint32_t i = lo; i < hi; ++i) by_id[v.sorted[i]] = 1;
+    }
+    return by_id;
+  };
+  size_t layers = 0, bodies = 0;
+  const size_t stride = ladle::testing::kSanitized ? 8 : 1;
+  for (int32_t st = 0; st < static_cast<int32_t>(a.num_states()); ++st) {
+    std::shared_ptr<const MaskEntry> slice = ClassifyLayer(a, v, st);
+    if (slice) {
+      ++layers;
+    } else if (MaskEntry body; ClassifyStringBody(a, v, st, &body)) {
+      ++bodies;
+      slice = std::make_shared<const MaskEntry>(std::move(body));
+    }
+    if (!slice || (layers + bodies) % stride != 0) continue;
+    const MaskEntry full = ClassifyState(a, v, st, TokenSpan::kAll);
+    ASSERT_EQ(accepted(*slice), accepted(full)) << "state " << st;
+    const auto acc = accepted(full), unc_full = uncertain(full), unc_slice = uncertain(*slice);
+    for (size_t id = 0; id < v.vocab_size; ++id) {
+      if (unc_full[id] && !acc[id]) ASSERT_TRUE(unc_slice[id]) << "state " << st << " id " << id;
+    }
+  }
+  EXPECT_GE(layers, 50u);  // id's 20 boundaries and code's 36
+  EXPECT_GE(bodies, 3u);
 }
 
 }  // namespace
