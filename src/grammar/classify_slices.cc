@@ -384,6 +384,7 @@ struct LayerTokens {
   static constexpr uint8_t kWalk = 0xFF;
   std::vector<uint8_t> chars;
   uint8_t most = 0;                          // the largest `chars` below kWalk
+  ByteSet first;                             // the bytes a copy of the body can start with
   std::vector<std::vector<TokenId>> by_chars;  // [c]: the body tokens with chars == c
   std::vector<uint64_t> all_bits;            // every body token
   size_t all_count = 0;
@@ -425,6 +426,9 @@ std::shared_ptr<const LayerTokens> LayerTokensFor(const Automaton& a, const Toke
     if (auto it = cache->find(key); it != cache->end()) return it->second;
   }
   auto lt = std::make_shared<LayerTokens>();
+  for (int b = 0; b < 256; ++b) {
+    if (rows[a.class_map[u][b]] >= 0) lt->first.Set(static_cast<uint8_t>(b));
+  }
   const size_t total = v.sorted.size();
   lt->chars.assign(total, LayerTokens::kWalk);
   lt->by_chars.resize(LayerTokens::kWalk);
@@ -513,10 +517,14 @@ std::shared_ptr<const MaskEntry> ClassifyLayer(const Automaton& a, const TokenVo
   }
   e->accepted_count = within;
   if (left < lt->most) {
+    // They pop at a boundary and go on with a byte that starts a copy of the body.
+    MaskEntry pops;
     for (size_t i = 0; i < lt->chars.size(); ++i) {
       const uint8_t c = lt->chars[i];
-      if (c != LayerTokens::kWalk && c > left) AddUncertain(*e, static_cast<uint32_t>(i), static_cast<uint32_t>(i) + 1);
+      if (c != LayerTokens::kWalk && c > left) AddUncertain(pops, static_cast<uint32_t>(i), static_cast<uint32_t>(i) + 1);
     }
+    e->pop_uncertain = std::move(pops.uncertain);
+    e->pop_first = lt->first;
   }
   // The tokens that leave the body, walked on the stack sets as in a full classification.
   SetDfa dfa(a);

@@ -31,6 +31,12 @@ struct MaskEntry {
   // uncertain, and the runtime walk skips dead groups wholesale anyway.
   std::vector<std::pair<uint32_t, uint32_t>> uncertain;
   size_t accepted_count = 0, uncertain_count = 0;
+  // Uncertain tokens that can only go on by popping the frame and then consuming a byte in
+  // `pop_first` (the layer slice's tokens that need more layers than are left): the matcher
+  // walks them only when some stack below can take such a byte after the pop, which for a
+  // string's closing quote is never. Not counted in uncertain_count.
+  std::vector<std::pair<uint32_t, uint32_t>> pop_uncertain;
+  ByteSet pop_first;
   // Budget-aware completion without a trie walk: an accepted token leaves this frame in a
   // state whose own shortest completion (bytes until the frame can pop) is `budget_base` for
   // most tokens and budget_exceptions[i].second for the listed ones (sorted by id). With B
@@ -47,6 +53,7 @@ struct MaskEntry {
   void OrInto(uint64_t* bits) const;
   size_t MemoryBytes() const {
     return sizeof(*this) + accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 8 +
+           pop_uncertain.size() * 8 +
            budget_exceptions.size() * 8;
   }
 };

@@ -224,8 +224,16 @@ struct GrammarMatcher::Impl {
       entries.back()->OrInto(bits);
     }
     ranges.clear();
-    for (const MaskEntry* e : entries) ranges.insert(ranges.end(), e->uncertain.begin(), e->uncertain.end());
-    if (entries.size() > 1) MergeRanges(ranges);
+    bool merge = entries.size() > 1;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const MaskEntry* e = entries[i];
+      ranges.insert(ranges.end(), e->uncertain.begin(), e->uncertain.end());
+      if (!e->pop_uncertain.empty() && CanContinueAfterPop(states[i], e->pop_first)) {
+        ranges.insert(ranges.end(), e->pop_uncertain.begin(), e->pop_uncertain.end());
+        merge = true;
+      }
+    }
+    if (merge) MergeRanges(ranges);
     const bool budget = opts.budget_aware && remaining.has_value();
     uint32_t uncertain_worst = 0;  // the largest completion an uncertain token leaves
     WalkRanges(
@@ -237,6 +245,26 @@ struct GrammarMatcher::Impl {
     if (budget && !CheckOverflow()) ApplyBudget(bits, uncertain_worst);
     // A walk that overflowed left the mask incomplete: allow nothing rather than a guess.
     if (CheckOverflow()) std::fill(bits, bits + words, 0);
+  }
+
+  // Whether some stack whose top frame is in `state` can, once that frame pops, consume a
+  // byte in `first` (out_bytes of the closure below it).
+  bool CanContinueAfterPop(int32_t state, const ByteSet& first) {
+    for (int32_t n : cur.tops) {
+      if (arena[n].state != state) continue;
+      const int32_t parent = arena[n].parent;
+      if (parent < 0) continue;  // popping the root ends the document: no byte follows
+      StackSet below;
+      sim.Close(std::span<const int32_t>(&parent, 1), below);
+      for (int32_t t : below.tops) {
+        const ByteSet& out = a.out_bytes[arena[t].state];
+        for (int w = 0; w < 4; ++w) {
+          if (out.bits[w] & first.bits[w]) return true;
+        }
+      }
+      if (sim.overflowed()) return true;  // incomplete: walk them (the walk reports it)
+    }
+    return false;
   }
 
   // Keeps only tokens after which the shortest completion still fits in remaining - 1.
@@ -313,6 +341,7 @@ struct GrammarMatcher::Impl {
       if (!a.HasBytes(g) || walk_all) continue;
       const MaskEntry& e = cg->impl().cache->GetWithBudget(a, v, g);
       ranges.insert(ranges.end(), e.uncertain.begin(), e.uncertain.end());
+      ranges.insert(ranges.end(), e.pop_uncertain.begin(), e.pop_uncertain.end());  // a superset is safe
       if (e.accepted_count == 0) continue;
       if (!e.budget_known) {
         walk_all = true;

@@ -246,8 +246,10 @@ TEST(Mask, LayerAndUnlistedKeySlicesMatchTokenByToken) {
   };
   auto uncertain = [&](const MaskEntry& e) {
     std::vector<uint8_t> by_id(v.vocab_size, 0);
-    for (auto [lo, hi] : e.uncertain) {
-      for (uint32_t i = lo; i < hi; ++i) by_id[v.sorted[i]] = 1;
+    for (const auto* list : {&e.uncertain, &e.pop_uncertain}) {
+      for (auto [lo, hi] : *list) {
+        for (uint32_t i = lo; i < hi; ++i) by_id[v.sorted[i]] = 1;
+      }
     }
     return by_id;
   };
@@ -271,6 +273,35 @@ TEST(Mask, LayerAndUnlistedKeySlicesMatchTokenByToken) {
   }
   EXPECT_GE(layers, 50u);  // id's 20 boundaries and code's 36
   EXPECT_GE(bodies, 3u);
+}
+
+
+// A layered repeat followed by something that takes the same bytes: the tokens that need more
+// layers than are left can go on after the frame pops, so the matcher must walk them (in a
+// string they cannot: the closing quote takes no body byte, and the walk is skipped).
+TEST(Mask, LayerTokensThatOutrunTheBoundAreWalkedWhenTheParentCanTakeThem) {
+  const std::string path = ladle::testing::TokenizerPath();
+  LADLE_REQUIRE_DATA(path);
+  const std::shared_ptr<const TokenVocabulary> vocab = testing::LoadDeepSeek(path).vocab;
+  ASSERT_TRUE(vocab);
+  GrammarBuilder b;
+  ExprId ch = b.Alt({b.CodePoints({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}),
+                     b.Seq({b.Literal("\\"), b.Alt({b.Literal("n"), b.Literal("\\"), b.Literal("\"")})})});
+  RuleId bounded = b.AddRule("bounded", b.Repeat(ch, 0, 40));
+  RuleId root = b.AddRule("root", b.Alt({b.Seq({b.Literal("\""), b.Ref(bounded), b.Star(b.ByteRange('a', 'z')), b.Literal("\"")}),
+                                         b.Seq({b.Literal("'"), b.Ref(bounded), b.Literal("\"")})}));
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto cg = CompiledGrammar::Compile(*g, vocab);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  ASSERT_EQ((*cg)->impl().automaton.layered.size(), 1u);
+  const auto before = GetSharedMaskCacheStats();
+  for (const std::string& prefix : {"\"" + std::string(36, 'x'), "\"" + std::string(39, 'q'), "'" + std::string(36, 'x'),
+                                    "'" + std::string(38, 'q'), "\"\xc3\xa9\xc3\xa9" + std::string(33, 'x')}) {
+    CheckTokenByToken(*cg, *vocab, prefix);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GE(GetSharedMaskCacheStats().layer_slices - before.layer_slices, 4u);
 }
 
 }  // namespace
