@@ -354,6 +354,8 @@ Result<std::optional<Dfa>> LayerRepeat(const Dfa& d, uint32_t min, uint32_t max,
   if (n == static_cast<int32_t>(k)) return std::optional<Dfa>{};  // no copy ever completes
   const size_t total = static_cast<size_t>(max) * static_cast<size_t>(n) + 1;
   if (total > INT32_MAX / 2) return ResourceExhausted("grammar automaton has too many states");
+  // Charged before the table is allocated: `x{0,1000000}` must fail on the budget, not in malloc.
+  LADLE_RETURN_IF_ERROR(budget.Charge(total * (kDfaStateBytes + nc * sizeof(int32_t))));
   Dfa out;
   out.class_map = d.class_map;
   out.num_classes = nc;
@@ -362,7 +364,6 @@ Result<std::optional<Dfa>> LayerRepeat(const Dfa& d, uint32_t min, uint32_t max,
   out.calls.resize(total);
   out.specials.resize(total);
   for (uint32_t layer = 0; layer < max; ++layer) {
-    LADLE_RETURN_IF_ERROR(budget.Charge(static_cast<size_t>(n) * (kDfaStateBytes + nc * sizeof(int32_t))));
     const int32_t base = static_cast<int32_t>(layer) * n;
     for (size_t s = 0; s < k; ++s) {
       if (idx[s] < 0) continue;

@@ -49,6 +49,21 @@ TEST(Automaton, NestedHugeRepeatExhaustsTheBudget) {
   EXPECT_EQ(cg.status().code(), StatusCode::kResourceExhausted) << cg.status().ToString();
 }
 
+TEST(Automaton, HugeLayeredRepeatExhaustsTheBudgetBeforeAllocating) {
+  // Two million copies of a multi-byte character: a layered table of gigabytes, refused by
+  // the memory budget before it is allocated.
+  auto v = testing::SmallVocab();
+  GrammarBuilder b;
+  ExprId ch = b.Alt({b.ByteRange('a', 'c'), b.CodePoints({{0xE9, 0xE9}, {0x4E2D, 0x4E2D}})});
+  RuleId rep = b.AddRule("rep", b.Repeat(ch, 0, 2000000));
+  RuleId root = b.AddRule("root", b.Seq({b.Literal("\""), b.Ref(rep), b.Literal("\"")}));
+  CompileOptions opts;
+  opts.max_memory_bytes = 16 << 20;
+  auto cg = CompiledGrammar::Compile(*b.Build(root), v, opts);
+  ASSERT_FALSE(cg.ok());
+  EXPECT_EQ(cg.status().code(), StatusCode::kResourceExhausted) << cg.status().ToString();
+}
+
 TEST(Automaton, HugeAlternationExhaustsASmallMemoryBudget) {
   auto v = testing::SmallVocab();
   GrammarBuilder b;
