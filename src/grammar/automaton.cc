@@ -157,7 +157,8 @@ class Determinizer {
     // (each set must hold whole classes), falling back to refinement one set at a time on a
     // collision. Classes are numbered by their first byte either way.
     std::array<uint16_t, 256> cls{};
-    uint16_t n = SignatureClasses(cls) ? num_sig_classes_ : RefineClasses(cls);
+    const std::optional<uint16_t> fast = SignatureClasses(cls);
+    const uint16_t n = fast ? *fast : RefineClasses(cls);
 #ifndef NDEBUG
     {  // Builds with asserts (the sanitizer stage of CI) check the fast path against the slow.
       std::array<uint16_t, 256> slow{};
@@ -170,20 +171,17 @@ class Determinizer {
     std::array<uint8_t, 256> seen;
     for (size_t i = 0; i < nfa_.sets.size(); ++i) {
       std::fill(seen.begin(), seen.begin() + n, uint8_t{0});
-      const ByteSet& s = nfa_.sets[i];
-      for (int w = 0; w < 4; ++w) {
-        for (uint64_t bits = s.bits[w]; bits; bits &= bits - 1) {
-          const int b = w * 64 + __builtin_ctzll(bits);
-          if (!seen[cls[b]]) {
-            seen[cls[b]] = 1;
-            set_classes_[i].push_back(static_cast<uint8_t>(cls[b]));
-          }
+      ForBits(nfa_.sets[i], [&](int b) {
+        if (!seen[cls[b]]) {
+          seen[cls[b]] = 1;
+          set_classes_[i].push_back(static_cast<uint8_t>(cls[b]));
         }
-      }
+      });
     }
   }
 
-  bool SignatureClasses(std::array<uint16_t, 256>& cls) {
+  // The class count, or nullopt on a signature collision.
+  std::optional<uint16_t> SignatureClasses(std::array<uint16_t, 256>& cls) {
     std::array<uint64_t, 256> sig{};
     for (size_t i = 0; i < nfa_.sets.size(); ++i) {
       uint64_t key = (i + 1) * 0x9E3779B97F4A7C15ULL;  // splitmix64 of the set's index
@@ -218,10 +216,9 @@ class Determinizer {
         if (hit[cls[b]] != 0 && hit[cls[b]] != size[cls[b]]) ok = false;
         hit[cls[b]] = 0;
       });
-      if (!ok) return false;
+      if (!ok) return std::nullopt;
     }
-    num_sig_classes_ = n;
-    return true;
+    return n;
   }
 
   uint16_t RefineClasses(std::array<uint16_t, 256>& cls) {
@@ -309,7 +306,6 @@ class Determinizer {
   Budget& budget_;
   Dfa dfa_;
   std::vector<std::vector<uint8_t>> set_classes_;
-  uint16_t num_sig_classes_ = 0;
   std::vector<std::pair<int32_t, int32_t>> calls_, specials_;
   static constexpr size_t kSameSlots = 512;  // > 2 x the most byte classes (256)
   struct SameSlot {
@@ -328,6 +324,34 @@ class Determinizer {
   std::vector<int32_t> closure_, worklist_;
 };
 
+// The numbering of a DFA's non-accepting states when the DFA is prefix-free (no accepting
+// state has a byte, call or special edge) and its start cannot accept; nullopt otherwise, or
+// when no state accepts. With `pure`, no state may call or take a special token at all.
+struct Unfinished {
+  std::vector<int32_t> idx;  // by state: its number among the non-accepting ones, or -1
+  int32_t n = 0;
+};
+std::optional<Unfinished> PrefixFree(const Dfa& d, bool pure) {
+  const size_t k = d.size();
+  if (k == 0 || d.accepting[0]) return std::nullopt;
+  Unfinished u;
+  u.idx.assign(k, -1);
+  for (size_t s = 0; s < k; ++s) {
+    const bool edges = !d.calls[s].empty() || !d.specials[s].empty();
+    if (pure && edges) return std::nullopt;
+    if (!d.accepting[s]) {
+      u.idx[s] = u.n++;
+      continue;
+    }
+    if (edges) return std::nullopt;
+    for (uint16_t c = 0; c < d.num_classes; ++c) {
+      if (d.next[s * d.num_classes + c] >= 0) return std::nullopt;
+    }
+  }
+  if (u.n == static_cast<int32_t>(k)) return std::nullopt;  // no copy ever completes
+  return u;
+}
+
 // body{min,max} from the DFA of one copy of the body, without subset construction. When that
 // DFA is prefix-free (no accepting state goes on), its start cannot accept and it calls
 // nothing, the number of complete copies is known at every point, so the repeat's DFA is
@@ -338,20 +362,10 @@ class Determinizer {
 Result<std::optional<Dfa>> LayerRepeat(const Dfa& d, uint32_t min, uint32_t max, Budget& budget) {
   const size_t k = d.size();
   const uint16_t nc = d.num_classes;
-  if (k == 0 || d.accepting[0]) return std::optional<Dfa>{};
-  std::vector<int32_t> idx(k, -1);
-  int32_t n = 0;
-  for (size_t s = 0; s < k; ++s) {
-    if (!d.calls[s].empty() || !d.specials[s].empty()) return std::optional<Dfa>{};
-    if (d.accepting[s]) {
-      for (uint16_t c = 0; c < nc; ++c) {
-        if (d.next[s * nc + c] >= 0) return std::optional<Dfa>{};
-      }
-    } else {
-      idx[s] = n++;
-    }
-  }
-  if (n == static_cast<int32_t>(k)) return std::optional<Dfa>{};  // no copy ever completes
+  const std::optional<Unfinished> pf = PrefixFree(d, /*pure=*/true);
+  if (!pf) return std::optional<Dfa>{};
+  const std::vector<int32_t>& idx = pf->idx;
+  const int32_t n = pf->n;
   const size_t total = static_cast<size_t>(max) * static_cast<size_t>(n) + 1;
   if (total > INT32_MAX / 2) return ResourceExhausted("grammar automaton has too many states");
   // Charged before the table is allocated: `x{0,1000000}` must fail on the budget, not in malloc.
@@ -387,20 +401,10 @@ Result<std::optional<Dfa>> LayerRepeat(const Dfa& d, uint32_t min, uint32_t max,
 // compile time when each was determinised whole. nullopt when head does not qualify.
 Result<std::optional<Dfa>> Concat(const Dfa& head, const Dfa& tail, Budget& budget) {
   const size_t k = head.size();
-  if (k == 0 || tail.size() == 0 || head.accepting[0]) return std::optional<Dfa>{};
-  std::vector<int32_t> idx(k, -1);
-  int32_t n = 0;
-  for (size_t s = 0; s < k; ++s) {
-    if (!head.accepting[s]) {
-      idx[s] = n++;
-      continue;
-    }
-    if (!head.calls[s].empty() || !head.specials[s].empty()) return std::optional<Dfa>{};
-    for (uint16_t c = 0; c < head.num_classes; ++c) {
-      if (head.next[s * head.num_classes + c] >= 0) return std::optional<Dfa>{};
-    }
-  }
-  if (n == static_cast<int32_t>(k)) return std::optional<Dfa>{};
+  const std::optional<Unfinished> pf = tail.size() == 0 ? std::nullopt : PrefixFree(head, /*pure=*/false);
+  if (!pf) return std::optional<Dfa>{};
+  const std::vector<int32_t>& idx = pf->idx;
+  const int32_t n = pf->n;
   Dfa out;
   // Byte classes: the common refinement of both parts' partitions.
   std::vector<int16_t> pair_class(static_cast<size_t>(head.num_classes) * tail.num_classes, -1);
