@@ -9,6 +9,7 @@
 
 #include "matcher_impl.h"
 #include "matcher_sim.h"
+#include "set_dfa.h"
 
 namespace ladle::grammar {
 
@@ -75,7 +76,7 @@ size_t CompiledGrammar::MemoryBytes() const {
 
 struct GrammarMatcher::Impl {
   Impl(std::shared_ptr<const CompiledGrammar> g, const MatcherOptions& o)
-      : cg(std::move(g)), a(cg->impl().automaton), v(cg->vocab().impl()), opts(o), sim(a, arena) {
+      : cg(std::move(g)), a(cg->impl().automaton), v(cg->vocab().impl()), opts(o), sim(a, arena), dfa(sim) {
     sim.SetMaxStacks(opts.max_parallel_stacks);
     ResetState();
   }
@@ -91,6 +92,10 @@ struct GrammarMatcher::Impl {
   MatcherOptions opts;
   Arena arena;
   Simulator sim;
+  // The uncertain-token walks' memo of steps over stack sets: it names sets of this arena's
+  // node ids, so it is cleared whenever the arena is (ResetState, Compact), and when it has
+  // grown past SetDfa::kMaxSets (at the start of a walk, when no id is held).
+  SetDfa dfa;
   StackSet cur;
   bool terminated = false;
   std::deque<Snapshot> history;
@@ -100,11 +105,12 @@ struct GrammarMatcher::Impl {
   uint64_t accepted = 0;  // tokens accepted (for the failure message)
   size_t compact_at = kCompactNodes;
   // Scratch.
-  std::vector<StackSet> levels;
+  std::vector<int32_t> levels;
   std::vector<int32_t> states;
   std::vector<PosRange> ranges;
 
   void ResetState() {
+    dfa.Clear();
     arena.Clear();
     compact_at = kCompactNodes;
     history.clear();
@@ -192,6 +198,7 @@ struct GrammarMatcher::Impl {
     };
     remap_set(cur);
     for (Snapshot& h : history) remap_set(h.set);
+    dfa.Clear();
     arena = std::move(fresh);
   }
 
@@ -236,15 +243,23 @@ struct GrammarMatcher::Impl {
     if (merge) MergeRanges(ranges);
     const bool budget = opts.budget_aware && remaining.has_value();
     uint32_t uncertain_worst = 0;  // the largest completion an uncertain token leaves
-    WalkRanges(
-        sim, v, cur, ranges, levels, [&](uint32_t pos) { return HasBit(bits, v.sorted[pos]); },
-        [&](uint32_t pos, const StackSet& end) {
-          SetBit(bits, v.sorted[pos]);
-          if (budget) uncertain_worst = std::max(uncertain_worst, sim.Shortest(end));
-        });
+    if (!ranges.empty()) {
+      WalkRanges(
+          dfa, v, StartWalk(), ranges, levels, [&](uint32_t pos) { return HasBit(bits, v.sorted[pos]); },
+          [&](uint32_t pos, int32_t end) {
+            SetBit(bits, v.sorted[pos]);
+            if (budget) uncertain_worst = std::max(uncertain_worst, dfa.Short(end));
+          });
+    }
     if (budget && !CheckOverflow()) ApplyBudget(bits, uncertain_worst);
     // A walk that overflowed left the mask incomplete: allow nothing rather than a guess.
     if (CheckOverflow()) std::fill(bits, bits + words, 0);
+  }
+
+  // The walk's start: the current stacks' set id (the memo is dropped first if it is full).
+  int32_t StartWalk() {
+    if (dfa.size() > SetDfa::kMaxSets) dfa.Clear();
+    return dfa.Enter(cur);
   }
 
   // Whether some stack whose top frame is in `state` can, once that frame pops, consume a
@@ -364,16 +379,16 @@ struct GrammarMatcher::Impl {
       }
       for (size_t w = 0; w < tmp.size(); ++w) keep[w] |= tmp[w] & bits[w];
     }
-    auto walked = [&](uint32_t pos, const StackSet& end) { offer(v.sorted[pos], sim.Shortest(end)); };
+    auto walked = [&](uint32_t pos, int32_t end) { offer(v.sorted[pos], dfa.Short(end)); };
     if (walk_all) {
       const PosRange all{0, static_cast<uint32_t>(v.sorted.size())};
       WalkRanges(
-          sim, v, cur, std::span<const PosRange>(&all, 1), levels,
+          dfa, v, StartWalk(), std::span<const PosRange>(&all, 1), levels,
           [&](uint32_t pos) { return !HasBit(bits, v.sorted[pos]); }, walked);
     } else if (!ranges.empty()) {
       MergeRanges(ranges);
       WalkRanges(
-          sim, v, cur, ranges, levels,
+          dfa, v, StartWalk(), ranges, levels,
           [&](uint32_t pos) { return !HasBit(bits, v.sorted[pos]) || HasBit(keep.data(), v.sorted[pos]); }, walked);
     }
     return best;

@@ -107,43 +107,4 @@ inline void MergeRanges(std::vector<PosRange>& r) {
   r.resize(k);
 }
 
-// Walks the trie positions in `ranges` (sorted, disjoint) from `start`, sharing the simulation
-// of common prefixes with the previous simulated token and jumping over the whole group below
-// a prefix that died. Positions with skip(pos) are not simulated; done(pos, end_set) is called
-// for each token consumed entirely.
-template <typename Skip, typename Done>
-void WalkRanges(Simulator& sim, const TokenVocabulary::Impl& v, const StackSet& start,
-                std::span<const PosRange> ranges, std::vector<StackSet>& levels, Skip&& skip, Done&& done) {
-  if (levels.empty()) levels.resize(1);
-  levels[0] = start;
-  std::string_view prev;
-  size_t valid = 0;  // levels[0..valid] hold the prefix of `prev`
-  for (const PosRange& r : ranges) {
-    for (uint32_t i = r.first; i < r.second;) {
-      if (skip(i)) {
-        ++i;
-        continue;
-      }
-      std::string_view tok = v.SortedBytes(i);
-      size_t l = 0;
-      const size_t lim = std::min({prev.size(), tok.size(), valid});
-      while (l < lim && prev[l] == tok[l]) ++l;
-      if (levels.size() < tok.size() + 1) levels.resize(tok.size() + 1);
-      size_t p = l;
-      for (; p < tok.size(); ++p) {
-        if (!sim.StepByte(levels[p], static_cast<uint8_t>(tok[p]), levels[p + 1])) break;
-      }
-      prev = tok;
-      if (p < tok.size()) {
-        valid = p;
-        i = v.GroupEnd(i, p + 1);
-        continue;
-      }
-      valid = tok.size();
-      done(i, levels[tok.size()]);
-      ++i;
-    }
-  }
-}
-
 }  // namespace ladle::grammar
