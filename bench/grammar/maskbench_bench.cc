@@ -26,6 +26,8 @@
 //     --failures=N       print up to N wrong verdicts / compile errors on stderr (default 20)
 //     --per-schema=PATH  one TSV line per schema: subset, name, compile CPU ms (or the error),
 //                        its memory (KiB, after the run), tokens driven, mask CPU µs total and max
+//     --slow-masks=PATH  one TSV line per mask of at least --slow-us CPU µs (default 1000):
+//                        subset, name, instance, token index, CPU µs, the 40 bytes before it
 //
 // Per schema: JsonSchemaGrammar + CompiledGrammar::Compile (timed together: "compile"). Per
 // test instance: the compact serialisation in the instance's own key order (upstream already put
@@ -79,7 +81,8 @@ struct Config {
   std::string archive, data_dir, unpack_dir, tokenizer;
   std::vector<std::string> subsets;
   size_t limit = 0, sample = 0;
-  std::string json_out, svg_out, per_schema;
+  std::string json_out, svg_out, per_schema, slow_masks;
+  double slow_us = 1000;
   int cpu = -1;
   bool pin = true, eager = false, cpu_clock = false, canonical_order = false;
   double schema_seconds = 60;
@@ -116,6 +119,8 @@ bool ParseFlags(int argc, char** argv, Config* c) {
     else if (val("--json", &v)) c->json_out = v;
     else if (val("--svg", &v)) c->svg_out = v;
     else if (val("--per-schema", &v)) c->per_schema = v;
+    else if (val("--slow-masks", &v)) c->slow_masks = v;
+    else if (val("--slow-us", &v)) c->slow_us = std::stod(v);
     else if (val("--cpu", &v)) c->cpu = std::stoi(v);
     else if (val("--schema-seconds", &v)) c->schema_seconds = std::stod(v);
     else if (val("--failures", &v)) c->failures = std::stoi(v);
@@ -234,6 +239,8 @@ int main(int argc, char** argv) {
   compile_opts.max_compile_ms = cfg.compile_ms;
   const auto run_start = Clock::now();
   std::FILE* per_schema = cfg.per_schema.empty() ? nullptr : std::fopen(cfg.per_schema.c_str(), "w");
+  std::FILE* slow = cfg.slow_masks.empty() ? nullptr : std::fopen(cfg.slow_masks.c_str(), "w");
+  if (slow) std::fputs("subset\tname\tinstance\ttoken\tmask_cpu_us\tbefore\n", slow);
   if (per_schema) std::fputs("subset\tname\tcompile_cpu_ms\tkib\ttokens\tmask_cpu_us_total\tmask_cpu_us_max\n", per_schema);
   int printed_failures = 0;
   auto note_failure = [&](std::string line) {
@@ -323,6 +330,16 @@ int main(int argc, char** argv) {
           m.FillNextTokenMask(mask.data());
           const auto m1 = Clock::now();
           st.mask_cpu_ns.push_back(Clamp32(ThreadCpuNs() - m0_cpu));
+          if (slow && st.mask_cpu_ns.back() >= cfg.slow_us * 1e3) {
+            auto text = tok->Decode(std::span<const uint32_t>(ids.data(), k));
+            std::string before = text.ok() ? *text : std::string("?");
+            if (before.size() > 40) before = before.substr(before.size() - 40);
+            for (char& c : before) {
+              if (c == '\t' || c == '\n') c = ' ';
+            }
+            std::fprintf(slow, "%s\t%s\t%zu\t%zu\t%.1f\t%s\n", subset.c_str(), name.c_str(), index, k,
+                         st.mask_cpu_ns.back() / 1e3, before.c_str());
+          }
           st.mask_ns.push_back(Clamp32((m1 - m0).count()));
           const uint32_t id = k < ids.size() ? ids[k] : kEos;
           const bool allowed = (mask[id >> 6] >> (id & 63)) & 1;
@@ -388,6 +405,7 @@ int main(int argc, char** argv) {
   rep.eager = cfg.eager;
   rep.cpu_clock = cfg.cpu_clock;
   if (per_schema) std::fclose(per_schema);
+  if (slow) std::fclose(slow);
   rep.Finish();
   std::fputs(rep.Table().c_str(), stdout);
   if (!cfg.json_out.empty() && !rep.WriteJson(cfg.json_out)) return 1;

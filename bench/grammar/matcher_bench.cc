@@ -9,6 +9,7 @@
 // state's cache included), AcceptToken checked. Prints one table; timing lives here, not in
 // the unit tests. Times are thread CPU time (the development machine is shared).
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -125,7 +126,9 @@ double Pct(std::vector<double> v, double p) {
 }  // namespace
 
 // --schema-dir=DIR [--limit=N]: compile every MaskBench file's schema and list the slowest
-// compiles with their automaton sizes (where compile time goes).
+// compiles with their automaton sizes (where compile time goes). With LADLE_DIGESTS=PATH, one
+// line per schema (file name, XXH64 of CompiledGrammar::Serialize()) goes to PATH: two builds
+// whose lines agree built the same automata (a check for compile-side refactors).
 int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab, const std::string& dir,
                    size_t limit) {
   std::vector<std::filesystem::path> files;
@@ -138,6 +141,7 @@ int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab,
   };
   std::vector<Row> rows;
   std::vector<double> all;
+  std::FILE* digests = std::getenv("LADLE_DIGESTS") ? std::fopen(std::getenv("LADLE_DIGESTS"), "w") : nullptr;
   for (const auto& f : files) {
     std::FILE* fp = std::fopen(f.c_str(), "rb");
     if (!fp) continue;
@@ -159,6 +163,11 @@ int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab,
     if (!cg.ok()) {
       what = cg.status().ToString();
     } else {
+      if (digests) {
+        const std::string blob = (*cg)->Serialize();
+        std::fprintf(digests, "%s\t%016llx\n", f.filename().c_str(),
+                     static_cast<unsigned long long>(XXH64(blob.data(), blob.size(), 0)));
+      }
       const auto& a = (*cg)->impl().automaton;
       what = fmt::format("{} exprs, {} rules, {} units, {} states, {} table entries", g->exprs.size(), g->rules.size(),
                          a.unit_start.size(), a.num_states(), a.next.size());
@@ -176,6 +185,7 @@ int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab,
     }
     rows.push_back({us, f.filename().string(), what});
   }
+  if (digests) std::fclose(digests);
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.us > b.us; });
   double sum = 0;
   for (double x : all) sum += x;

@@ -594,7 +594,8 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   a.trans_off.reserve(total);
   a.call_begin.reserve(total + 1);
   a.special_begin.reserve(total + 1);
-  a.next.reserve(entries);
+  a.next.resize(entries);
+  size_t off = 0;
   a.calls.reserve(num_calls);
   a.specials.reserve(num_specials);
   for (size_t u = 0; u < num_units; ++u) {
@@ -605,9 +606,12 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
     for (size_t s = 0; s < d.size(); ++s) {
       a.unit_of.push_back(static_cast<int32_t>(u));
       a.accepting.push_back(d.accepting[s]);
-      a.trans_off.push_back(static_cast<uint32_t>(a.next.size()));
+      a.trans_off.push_back(static_cast<uint32_t>(off));
       const int32_t* row = &d.next[s * d.num_classes];
-      for (uint16_t c = 0; c < d.num_classes; ++c) a.next.push_back(row[c] < 0 ? -1 : base[u] + row[c]);
+      int32_t* out = &a.next[off];
+      off += d.num_classes;
+      const int32_t b = base[u];
+      for (uint16_t c = 0; c < d.num_classes; ++c) out[c] = row[c] < 0 ? -1 : b + row[c];
       a.call_begin.push_back(static_cast<uint32_t>(a.calls.size()));
       for (const auto& [r, ret] : d.calls[s]) {
         a.calls.push_back({base[r], base[u] + ret});
@@ -629,52 +633,86 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
 
 void FinishAutomaton(Automaton& a) {
   const size_t n = a.num_states();
-  a.dist.assign(n, kInfDist);
+  const size_t num_units = a.class_map.size();
+  // The bytes of each class, per unit.
+  std::vector<std::vector<ByteSet>> class_bytes(num_units);
+  for (size_t u = 0; u < num_units; ++u) {
+    class_bytes[u].resize(a.num_classes[u]);
+    for (int b = 0; b < 256; ++b) class_bytes[u][a.class_map[u][b]].Set(static_cast<uint8_t>(b));
+  }
   // Shortest completion is a grammar problem (Knuth 1977): each state's value is the minimum
   // over its edges of 1 + dist(target) (bytes, specials) or dist(callee) + dist(ret) (calls).
   // Those functions are superior (never below any argument), so a Dijkstra-style pass that
-  // finalises states in increasing order is exact in one sweep.
-  struct Edge {
-    int32_t owner, x, y;  // y = -1 for one-argument edges
-    uint32_t add;
-    uint8_t pending;
-  };
-  std::vector<Edge> edges;
-  edges.reserve(n * 3 + a.calls.size());
+  // finalises states in increasing order is exact in one sweep. Byte and special edges are
+  // nearly all of them and have one argument: they are kept as a predecessor list (CSR, one
+  // entry per distinct source and target) and relaxed directly; only calls need the
+  // two-argument bookkeeping. The tables are read twice (count, fill), out_bytes is taken on
+  // the first read, and only units with a state that cannot complete are read again to prune.
+  std::vector<uint32_t> pred_begin(n + 1, 0);
   std::vector<uint32_t> stamp(n, UINT32_MAX);
-  for (size_t i = 0; i < n; ++i) {
-    const auto g = static_cast<int32_t>(i);
-    const uint16_t nc = a.num_classes[a.unit_of[i]];
-    auto one = [&](int32_t t) {
-      if (stamp[t] == i) return;  // one edge per distinct target
-      stamp[t] = static_cast<uint32_t>(i);
-      edges.push_back({g, t, -1, 1, 1});
-    };
+  a.out_bytes.assign(n, ByteSet{});
+  auto for_targets = [&](size_t i, auto&& f) {
+    const int32_t u = a.unit_of[i];
+    const uint16_t nc = a.num_classes[u];
+    const int32_t* row = &a.next[a.trans_off[i]];
     for (uint16_t c = 0; c < nc; ++c) {
-      int32_t t = a.next[a.trans_off[i] + c];
-      if (t >= 0) one(t);
+      if (row[c] >= 0) f(row[c], c);
     }
-    for (uint32_t k = a.special_begin[i]; k < a.special_begin[i + 1]; ++k) one(a.specials[k].next);
-    for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
-      const auto& c = a.calls[k];
-      edges.push_back({g, c.callee, c.ret, 0, static_cast<uint8_t>(c.ret != c.callee ? 2 : 1)});
+    for (uint32_t k = a.special_begin[i]; k < a.special_begin[i + 1]; ++k) f(a.specials[k].next, UINT16_MAX);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<ByteSet>& cb = class_bytes[a.unit_of[i]];
+    ByteSet& ob = a.out_bytes[i];
+    for_targets(i, [&](int32_t t, uint16_t c) {
+      if (c != UINT16_MAX) {
+        for (int w = 0; w < 4; ++w) ob.bits[w] |= cb[c].bits[w];
+      }
+      if (stamp[t] == i) return;
+      stamp[t] = static_cast<uint32_t>(i);
+      ++pred_begin[t + 1];
+    });
+  }
+  for (size_t i = 0; i < n; ++i) pred_begin[i + 1] += pred_begin[i];
+  std::vector<int32_t> preds(pred_begin[n]);
+  {
+    std::vector<uint32_t> fill(pred_begin.begin(), pred_begin.end() - 1);
+    std::fill(stamp.begin(), stamp.end(), UINT32_MAX);
+    for (size_t i = 0; i < n; ++i) {
+      for_targets(i, [&](int32_t t, uint16_t) {
+        if (stamp[t] == i) return;
+        stamp[t] = static_cast<uint32_t>(i);
+        preds[fill[t]++] = static_cast<int32_t>(i);
+      });
     }
   }
-  // deps in CSR form: state -> the edges it is an argument of.
+  // Calls: (owner, callee, ret), ready once both arguments are final.
+  struct CallEdge {
+    int32_t owner, x, y;
+    uint8_t pending;
+  };
+  std::vector<CallEdge> call_edges;
+  call_edges.reserve(a.calls.size());
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
+      const auto& c = a.calls[k];
+      call_edges.push_back({static_cast<int32_t>(i), c.callee, c.ret, static_cast<uint8_t>(c.ret != c.callee ? 2 : 1)});
+    }
+  }
   std::vector<uint32_t> dep_begin(n + 1, 0), deps;
-  for (const Edge& e : edges) {
+  for (const CallEdge& e : call_edges) {
     ++dep_begin[e.x + 1];
-    if (e.y >= 0 && e.y != e.x) ++dep_begin[e.y + 1];
+    if (e.y != e.x) ++dep_begin[e.y + 1];
   }
   for (size_t i = 0; i < n; ++i) dep_begin[i + 1] += dep_begin[i];
   deps.resize(dep_begin[n]);
   {
     std::vector<uint32_t> fill(dep_begin.begin(), dep_begin.end() - 1);
-    for (uint32_t ei = 0; ei < edges.size(); ++ei) {
-      deps[fill[edges[ei].x]++] = ei;
-      if (edges[ei].y >= 0 && edges[ei].y != edges[ei].x) deps[fill[edges[ei].y]++] = ei;
+    for (uint32_t ei = 0; ei < call_edges.size(); ++ei) {
+      deps[fill[call_edges[ei].x]++] = ei;
+      if (call_edges[ei].y != call_edges[ei].x) deps[fill[call_edges[ei].y]++] = ei;
     }
   }
+  a.dist.assign(n, kInfDist);
   using Item = std::pair<uint32_t, int32_t>;
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> pq;
   std::vector<uint8_t> done(n, 0);
@@ -684,42 +722,52 @@ void FinishAutomaton(Automaton& a) {
       pq.push({0, static_cast<int32_t>(i)});
     }
   }
+  auto improve = [&](int32_t g, uint64_t v) {
+    if (v < a.dist[g]) {
+      a.dist[g] = static_cast<uint32_t>(std::min<uint64_t>(v, kInfDist - 1));
+      pq.push({a.dist[g], g});
+    }
+  };
   while (!pq.empty()) {
     auto [d, g] = pq.top();
     pq.pop();
     if (done[g] || d != a.dist[g]) continue;
     done[g] = 1;
+    for (uint32_t k = pred_begin[g]; k < pred_begin[g + 1]; ++k) improve(preds[k], uint64_t{d} + 1);
     for (uint32_t k = dep_begin[g]; k < dep_begin[g + 1]; ++k) {
-      Edge& e = edges[deps[k]];
+      CallEdge& e = call_edges[deps[k]];
       if (--e.pending > 0) continue;
-      uint64_t v = uint64_t{a.dist[e.x]} + (e.y >= 0 ? a.dist[e.y] : 0) + e.add;
-      if (v < a.dist[e.owner]) {
-        a.dist[e.owner] = static_cast<uint32_t>(std::min<uint64_t>(v, kInfDist - 1));
-        pq.push({a.dist[e.owner], e.owner});
-      }
+      improve(e.owner, uint64_t{a.dist[e.x]} + a.dist[e.y]);
     }
   }
-  // Prune everything that cannot complete.
-  std::vector<Automaton::Call> calls;
-  std::vector<Automaton::Special> specials;
-  std::vector<uint32_t> cb, sb;
-  a.out_bytes.assign(n, ByteSet{});
-  // The bytes of each class, per unit.
-  std::vector<std::vector<ByteSet>> class_bytes(a.class_map.size());
-  for (size_t u = 0; u < a.class_map.size(); ++u) {
-    class_bytes[u].resize(a.num_classes[u]);
-    for (int b = 0; b < 256; ++b) class_bytes[u][a.class_map[u][b]].Set(static_cast<uint8_t>(b));
+  // Prune everything that cannot complete. Byte transitions stay inside their unit, so only
+  // units with such a state have any to remove.
+  std::vector<uint8_t> unit_dead(num_units, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (a.dist[i] == kInfDist) unit_dead[a.unit_of[i]] = 1;
   }
   for (size_t i = 0; i < n; ++i) {
     const int32_t u = a.unit_of[i];
+    if (!unit_dead[u]) continue;
     const uint16_t nc = a.num_classes[u];
+    int32_t* row = &a.next[a.trans_off[i]];
+    ByteSet ob;
     for (uint16_t c = 0; c < nc; ++c) {
-      int32_t& t = a.next[a.trans_off[i] + c];
-      if (t >= 0 && a.dist[t] == kInfDist) t = -1;
-      if (t >= 0) {
-        for (int w = 0; w < 4; ++w) a.out_bytes[i].bits[w] |= class_bytes[u][c].bits[w];
+      if (row[c] >= 0 && a.dist[row[c]] == kInfDist) row[c] = -1;
+      if (row[c] >= 0) {
+        for (int w = 0; w < 4; ++w) ob.bits[w] |= class_bytes[u][c].bits[w];
       }
     }
+    a.out_bytes[i] = ob;
+  }
+  std::vector<Automaton::Call> calls;
+  std::vector<Automaton::Special> specials;
+  std::vector<uint32_t> cb, sb;
+  cb.reserve(n + 1);
+  sb.reserve(n + 1);
+  calls.reserve(a.calls.size());
+  specials.reserve(a.specials.size());
+  for (size_t i = 0; i < n; ++i) {
     cb.push_back(static_cast<uint32_t>(calls.size()));
     for (uint32_t k = a.call_begin[i]; k < a.call_begin[i + 1]; ++k) {
       const auto& c = a.calls[k];
