@@ -631,6 +631,42 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   return a;
 }
 
+// A monotone priority queue (radix heap): every key pushed is at least the last one popped,
+// which holds for Dijkstra over superior functions. Bucket i holds keys whose highest bit
+// differing from the last popped key is bit i - 1, so a pop rescans one bucket only when the
+// exact-key bucket is empty: O(log C) amortised, and sequential memory instead of a binary
+// heap's scattered sifting (the shortest-completion pass was a tenth of compile time).
+class RadixHeap {
+ public:
+  using Item = std::pair<uint32_t, int32_t>;
+  void Push(uint32_t key, int32_t v) {
+    buckets_[Bucket(key)].push_back({key, v});
+    ++size_;
+  }
+  bool Empty() const { return size_ == 0; }
+  Item Pop() {
+    if (buckets_[0].empty()) {
+      size_t i = 1;
+      while (buckets_[i].empty()) ++i;
+      uint32_t least = UINT32_MAX;
+      for (const Item& e : buckets_[i]) least = std::min(least, e.first);
+      last_ = least;
+      for (const Item& e : buckets_[i]) buckets_[Bucket(e.first)].push_back(e);
+      buckets_[i].clear();
+    }
+    const Item e = buckets_[0].back();
+    buckets_[0].pop_back();
+    --size_;
+    return e;
+  }
+
+ private:
+  size_t Bucket(uint32_t key) const { return key == last_ ? 0 : 32 - static_cast<size_t>(__builtin_clz(key ^ last_)); }
+  std::array<std::vector<Item>, 33> buckets_;
+  uint32_t last_ = 0;
+  size_t size_ = 0;
+};
+
 void FinishAutomaton(Automaton& a) {
   const size_t n = a.num_states();
   const size_t num_units = a.class_map.size();
@@ -713,24 +749,22 @@ void FinishAutomaton(Automaton& a) {
     }
   }
   a.dist.assign(n, kInfDist);
-  using Item = std::pair<uint32_t, int32_t>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> pq;
+  RadixHeap pq;
   std::vector<uint8_t> done(n, 0);
   for (size_t i = 0; i < n; ++i) {
     if (a.accepting[i]) {
       a.dist[i] = 0;
-      pq.push({0, static_cast<int32_t>(i)});
+      pq.Push(0, static_cast<int32_t>(i));
     }
   }
   auto improve = [&](int32_t g, uint64_t v) {
     if (v < a.dist[g]) {
       a.dist[g] = static_cast<uint32_t>(std::min<uint64_t>(v, kInfDist - 1));
-      pq.push({a.dist[g], g});
+      pq.Push(a.dist[g], g);
     }
   };
-  while (!pq.empty()) {
-    auto [d, g] = pq.top();
-    pq.pop();
+  while (!pq.Empty()) {
+    auto [d, g] = pq.Pop();
     if (done[g] || d != a.dist[g]) continue;
     done[g] = 1;
     for (uint32_t k = pred_begin[g]; k < pred_begin[g + 1]; ++k) improve(preds[k], uint64_t{d} + 1);
