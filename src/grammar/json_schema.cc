@@ -432,9 +432,12 @@ Result<std::vector<Value>> Compiler::Expand(const Value& s0, const std::string& 
     return Expand(*target, path + "/$ref", ref_chain + 1);
   }
   LADLE_ASSIGN_OR_RETURN(Value s, Canonical(s0, path));
+  // `s` is this call's own copy: its plain members move into `base` (copying them again was
+  // a quadratic share of front-end time on deeply nested schemas: every level re-copied its
+  // whole subtree twice more).
   Value base = Value::MakeObject();
-  for (const auto& [k, v] : s.as_object()) {
-    if (k != "$ref" && k != "allOf" && k != "anyOf" && k != "oneOf") base.Set(k, v);
+  for (auto& [k, v] : s.as_object()) {
+    if (k != "$ref" && k != "allOf" && k != "anyOf" && k != "oneOf") base.Set(k, std::move(v));
   }
   std::vector<std::vector<Value>> parts;
   if (const Value* ref = s.Find("$ref")) {
@@ -470,7 +473,8 @@ Result<std::vector<Value>> Compiler::Expand(const Value& s0, const std::string& 
       parts.push_back(std::move(any));
     }
   }
-  std::vector<Value> out{base};
+  std::vector<Value> out;
+  out.push_back(std::move(base));
   for (auto& part : parts) {
     std::vector<Value> next;
     for (const Value& x : out) {
