@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
     grammar::CompileReport report;
     auto g = grammar::JsonSchemaGrammar(*schema, schema_opts, &report);
     ladle::Result<std::shared_ptr<const grammar::CompiledGrammar>> cg =
-        g.ok() ? grammar::CompiledGrammar::Compile(*g, *vocab, compile_opts)
+        g.ok() ? grammar::CompiledGrammar::Compile(std::move(*g), *vocab, compile_opts)
                : ladle::Result<std::shared_ptr<const grammar::CompiledGrammar>>(g.status());
     const double compile_us = std::chrono::duration<double, std::micro>(Clock::now() - c0).count();
     const double compile_cpu_us = (ThreadCpuNs() - c0_cpu) / 1e3;

@@ -47,7 +47,7 @@ std::shared_ptr<const CompiledGrammar> FinishCompiled(std::unique_ptr<CompiledGr
 }
 
 Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
-    const Grammar& grammar, std::shared_ptr<const TokenVocabulary> vocab, const CompileOptions& opts) {
+    Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab, const CompileOptions& opts) {
   if (!vocab) return InvalidArgument("CompiledGrammar::Compile: no vocabulary");
   if (grammar.rules.empty() || grammar.root < 0 || static_cast<size_t>(grammar.root) >= grammar.rules.size()) {
     return InvalidArgument("grammar has no root rule");
@@ -60,7 +60,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.max_compile_ms);
   auto impl = std::make_unique<Impl>();
   LADLE_ASSIGN_OR_RETURN(impl->automaton, BuildAutomaton(grammar, opts, deadline));
-  impl->grammar = grammar;
+  impl->grammar = std::move(grammar);
   impl->vocab = std::move(vocab);
   return FinishCompiled(std::move(impl), opts.eager_mask_cache, deadline);
 }

@@ -289,7 +289,7 @@ Result<std::shared_ptr<const CompiledConstraint>> CompileLocally(const Constrain
     return std::shared_ptr<const CompiledConstraint>(std::move(out));
   }
   LADLE_ASSIGN_OR_RETURN(grammar::Grammar g, BuildGrammar(spec, &out->report));
-  LADLE_ASSIGN_OR_RETURN(out->grammar, grammar::CompiledGrammar::Compile(g, std::move(vocab), opts));
+  LADLE_ASSIGN_OR_RETURN(out->grammar, grammar::CompiledGrammar::Compile(std::move(g), std::move(vocab), opts));
   out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return std::shared_ptr<const CompiledConstraint>(std::move(out));
 }

@@ -33,7 +33,7 @@ Result<std::vector<CompiledTrigger>> CompileLazyTriggers(const ConstraintSpec& s
     CompiledTrigger c;
     c.token_id = t.token_id;
     c.text = t.text;
-    LADLE_ASSIGN_OR_RETURN(c.after, grammar::CompiledGrammar::Compile(t.after, vocab, opts));
+    LADLE_ASSIGN_OR_RETURN(c.after, grammar::CompiledGrammar::Compile(std::move(t.after), vocab, opts));
     out.push_back(std::move(c));
   }
   return out;
