@@ -15,6 +15,8 @@
 //     --cpu=N            pin to this CPU (default: the one we start on); --no-pin to not pin
 //     --schema-seconds=S stop driving a schema's instances after S seconds (default 60)
 //     --eager            CompileOptions::eager_mask_cache (compile time then includes masks)
+//     --no-unit-sharing  CompileOptions::share_unit_dfas = false: every schema builds all its
+//                        unit DFAs, as the first compile in a fresh process would
 //     --clock=wall|cpu   which clock the per-subset table and the SVG show (default wall);
 //                        both are always measured (thread CPU time: CLOCK_THREAD_CPUTIME_ID,
 //                        what an idle core would show when the machine is shared)
@@ -83,6 +85,7 @@ struct Config {
   size_t limit = 0, sample = 0;
   std::string json_out, svg_out, per_schema, slow_masks;
   double slow_us = 1000;
+  bool share_units = true;
   int cpu = -1;
   bool pin = true, eager = false, cpu_clock = false, canonical_order = false;
   double schema_seconds = 60;
@@ -134,6 +137,7 @@ bool ParseFlags(int argc, char** argv, Config* c) {
     } else if (a == "--no-pin") c->pin = false;
     else if (a == "--canonical-order") c->canonical_order = true;
     else if (a == "--eager") c->eager = true;
+    else if (a == "--no-unit-sharing") c->share_units = false;
     else if (a == "-h" || a == "--help") {
       std::fprintf(stderr, "see the comment at the top of bench/grammar/maskbench_bench.cc\n");
       std::exit(0);
@@ -236,6 +240,7 @@ int main(int argc, char** argv) {
   grammar::JsonSchemaOptions schema_opts;  // defaults: bounded whitespace, spec-conformant
   grammar::CompileOptions compile_opts;
   compile_opts.eager_mask_cache = cfg.eager;
+  compile_opts.share_unit_dfas = cfg.share_units;
   compile_opts.max_compile_ms = cfg.compile_ms;
   const auto run_start = Clock::now();
   std::FILE* per_schema = cfg.per_schema.empty() ? nullptr : std::fopen(cfg.per_schema.c_str(), "w");

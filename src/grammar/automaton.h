@@ -52,6 +52,9 @@ struct Automaton {
   // Units built by joining a prefix-free head's DFA to a shared tail's (automaton.cc, Concat).
   // A compile statistic: not serialised.
   uint32_t concatenated_units = 0;
+  // Units whose DFA came from the process-wide cache of call-free unit DFAs (automaton.cc,
+  // UnitDfaCache) instead of being built. A compile statistic: not serialised.
+  uint32_t shared_units = 0;
 
   // By global state.
   std::vector<int32_t> unit_of;

@@ -119,6 +119,47 @@ class Analysis {
     return slot;
   }
 
+  // Structural hash across grammars: like Hash, but an inlinable rule reference hashes as
+  // its rule's body, so the result names the same expression in any grammar. Nullopt when
+  // the expression reaches a rule that is not inlined (a call: the unit's DFA would then
+  // name rule ids of this grammar).
+  std::optional<std::pair<uint64_t, uint64_t>> DeepHash(ExprId id) {
+    if (deep_memo_.empty()) deep_memo_.resize(g_.exprs.size());
+    auto& slot = deep_memo_[id];
+    if (slot.first == 1 && slot.second == 0) return std::nullopt;  // known not to qualify
+    if (slot.first || slot.second) return slot;
+    const Expr& e = g_.exprs[id];
+    std::vector<uint64_t> buf{static_cast<uint64_t>(e.kind), e.token_id, e.min, e.max, e.text.size()};
+    for (uint64_t w : e.bytes.bits) buf.push_back(w);
+    for (CodeRange r : e.ranges) buf.push_back((uint64_t{r.lo} << 32) | r.hi);
+    auto fail = [&] {
+      deep_memo_[id] = {1, 0};
+      return std::nullopt;
+    };
+    if (e.kind == ExprKind::kRuleRef) {
+      if (e.rule < 0 || !Inlinable(e.rule)) return fail();
+      auto h = DeepHash(g_.rules[e.rule].body);
+      if (!h) return fail();
+      buf.push_back(h->first);
+      buf.push_back(h->second);
+    }
+    for (ExprId c : e.children) {
+      auto h = DeepHash(c);
+      if (!h) return fail();
+      buf.push_back(h->first);
+      buf.push_back(h->second);
+    }
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, buf.data(), buf.size() * sizeof(uint64_t));
+    XXH3_128bits_update(st, e.text.data(), e.text.size());
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    std::pair<uint64_t, uint64_t> out{h.high64, h.low64 | 2};  // never the {1, 0} marker
+    deep_memo_[id] = out;
+    return out;
+  }
+
   bool Inlinable(RuleId r) {
     if (recursive_[r]) return false;
     if (!rule_done_[r]) {
@@ -226,7 +267,7 @@ class Analysis {
   }
 
   const Grammar& g_;
-  std::vector<std::pair<uint64_t, uint64_t>> hash_memo_;
+  std::vector<std::pair<uint64_t, uint64_t>> hash_memo_, deep_memo_;
   std::vector<uint8_t> recursive_;
   std::vector<uint64_t> size_memo_;
   std::vector<uint8_t> unbounded_;  // by expression: contains an unbounded repeat (inlined refs included)
@@ -511,6 +552,10 @@ NfaCompiler::~NfaCompiler() = default;
 Result<Nfa> NfaCompiler::Build(int32_t unit) { return s_->nb.Build(unit); }
 Result<Nfa> NfaCompiler::BuildPart(int32_t unit, ExprId e) {
   return s_->nb.BuildExpr(e, s_->units.units[unit].rule);
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> NfaCompiler::UnitKey(int32_t unit) {
+  return s_->an.DeepHash(s_->units.units[unit].body);
 }
 
 std::optional<std::pair<ExprId, ExprId>> NfaCompiler::SequenceOfTwo(int32_t unit) const {

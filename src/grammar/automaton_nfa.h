@@ -107,6 +107,10 @@ class NfaCompiler {
   Result<Nfa> Build(int32_t unit);
   // The unit's body is a counted repeat of a small body that could be layered, or nullopt.
   std::optional<CountedRepeat> LayeredRepeat(int32_t unit) const;
+  // A key for the unit's body that is equal in any grammar whose unit has the same body (up
+  // to inlined rules), or nullopt when the body reaches a rule that is not inlined: the
+  // process-wide cache of call-free unit DFAs (automaton.cc) is keyed by it.
+  std::optional<std::pair<uint64_t, uint64_t>> UnitKey(int32_t unit);
   // The unit's body is a two-part sequence (head, tail), or nullopt.
   std::optional<std::pair<ExprId, ExprId>> SequenceOfTwo(int32_t unit) const;
   // The NFA of one expression inside the unit (a repeat's body, a sequence's part), with the

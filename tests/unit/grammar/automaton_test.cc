@@ -331,5 +331,64 @@ TEST(Automaton, SequencesEndingInASharedTailAreJoinedAndExact) {
   EXPECT_LT(prefixes, 3900u);
 }
 
+// Call-free unit DFAs are shared across compiles (UnitDfaCache, keyed by the body's structure
+// with inlined rules expanded): a second compile of the same schema takes its string,
+// pattern and unlisted-key units from the cache and serialises byte for byte like a compile
+// that built everything.
+TEST(Automaton, SharedUnitDfasAreTheOnesACompileWouldBuild) {
+  auto v = testing::SmallVocab();
+  auto schema = json::Parse(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":40},"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9]+$"},
+      "when":{"type":"string","format":"date"},"tags":{"type":"array","items":{"type":"string","minLength":2}}},
+      "required":["name"],"additionalProperties":{"type":"integer"}})");
+  ASSERT_TRUE(schema.ok());
+  auto g = JsonSchemaGrammar(*schema);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  CompileOptions cold;
+  cold.share_unit_dfas = false;
+  auto built = CompiledGrammar::Compile(*g, v, cold);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_EQ((*built)->impl().automaton.shared_units, 0u);
+  auto first = CompiledGrammar::Compile(*g, v);  // fills the cache (or hits an earlier test's units)
+  auto second = CompiledGrammar::Compile(*g, v);
+  ASSERT_TRUE(first.ok() && second.ok());
+  const Automaton& a = (*second)->impl().automaton;
+  EXPECT_GE(a.shared_units, 4u);  // the length-bounded string, the pattern, the date, an unlisted-key rest
+  EXPECT_EQ(a.layered.size(), (*built)->impl().automaton.layered.size());
+  EXPECT_EQ(a.concatenated_units, (*built)->impl().automaton.concatenated_units);
+  EXPECT_EQ((*second)->Serialize(), (*built)->Serialize());
+  EXPECT_EQ((*first)->Serialize(), (*built)->Serialize());
+}
+
+// The cache key expands inlined rules: two grammars whose unit bodies are the same expression
+// over a rule of the same name and id, but with different rule bodies, must not share.
+TEST(Automaton, SharedUnitKeysLookThroughInlinedRules) {
+  auto v = testing::SmallVocab();
+  auto make = [&](char letter) {
+    GrammarBuilder b;
+    RuleId ch = b.AddRule("ch", b.ByteRange(letter, letter));
+    RuleId body = b.AddRule("body", b.Seq({b.Star(b.Ref(ch)), b.Literal("!")}));  // a unit: unbounded
+    RuleId root = b.AddRule("root", b.Seq({b.Literal("<"), b.Ref(body)}));
+    auto g = b.Build(root);
+    EXPECT_TRUE(g.ok());
+    return *g;
+  };
+  for (char first : {'a', 'b'}) {
+    auto ga = CompiledGrammar::Compile(make(first), v);
+    const char other = first == 'a' ? 'b' : 'a';
+    auto gb = CompiledGrammar::Compile(make(other), v);
+    ASSERT_TRUE(ga.ok() && gb.ok());
+    GrammarMatcher ma(*ga), mb(*gb);
+    EXPECT_TRUE(ma.AcceptString(std::string("<") + first + first + "!"));
+    EXPECT_TRUE(mb.AcceptString(std::string("<") + other + other + "!"));
+    GrammarMatcher mc(*gb);
+    EXPECT_FALSE(mc.AcceptString(std::string("<") + first));
+  }
+  // And a repeat compile of the same grammar does share its unit.
+  auto again = CompiledGrammar::Compile(make('a'), v);
+  ASSERT_TRUE(again.ok());
+  EXPECT_GE((*again)->impl().automaton.shared_units, 1u);
+}
+
 }  // namespace
 }  // namespace ladle::grammar
