@@ -10,7 +10,6 @@
 #include <limits>
 #include <memory>
 #include <random>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -290,6 +289,10 @@ inline bool JsonEqual(const json::Value& a, const json::Value& b) {
   return json::Dump(a) == json::Dump(b);
 }
 
+// ECMAScript regex search (std::regex), defined in tool_grammar_test_util.cc so that <regex>
+// is compiled once, not in every test file that includes this header.
+bool PatternSearch(const std::string& text, const std::string& pattern);
+
 inline bool Validate(const json::Value& v, const json::Value& s, const std::string& at, std::string* why) {
   if (s.is_bool()) {
     if (!s.as_bool()) *why = at + ": false schema";
@@ -328,7 +331,7 @@ inline bool Validate(const json::Value& v, const json::Value& s, const std::stri
     const auto cps = static_cast<int64_t>(std::count_if(str.begin(), str.end(), [](char c) { return (c & 0xC0) != 0x80; }));
     if (const json::Value* m = s.Find("minLength"); m && cps < *m->as_int64()) return fail("too short");
     if (const json::Value* m = s.Find("maxLength"); m && cps > *m->as_int64()) return fail("too long");
-    if (const json::Value* pat = s.Find("pattern"); pat && !std::regex_search(str, std::regex(pat->as_string()))) {
+    if (const json::Value* pat = s.Find("pattern"); pat && !PatternSearch(str, pat->as_string())) {
       return fail("pattern");
     }
   }
