@@ -126,11 +126,14 @@ double Pct(std::vector<double> v, double p) {
 }  // namespace
 
 // --schema-dir=DIR [--limit=N]: compile every MaskBench file's schema and list the slowest
-// compiles with their automaton sizes (where compile time goes). With LADLE_DIGESTS=PATH, one
+// compiles with their automaton sizes (where compile time goes); --unit-sharing=off compiles
+// every unit cold (CompileOptions::share_unit_dfas). With LADLE_DIGESTS=PATH, one
 // line per schema (file name, XXH64 of CompiledGrammar::Serialize()) goes to PATH: two builds
 // whose lines agree built the same automata (a check for compile-side refactors).
 int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab, const std::string& dir,
-                   size_t limit) {
+                   size_t limit, bool share_units) {
+  grammar::CompileOptions copts;
+  copts.share_unit_dfas = share_units;
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
   std::sort(files.begin(), files.end());
@@ -159,7 +162,7 @@ int SchemaCompiles(const std::shared_ptr<const grammar::TokenVocabulary>& vocab,
     front += CpuUs() - f0;
     if (std::getenv("LADLE_DUMP_GRAMMAR")) std::printf("%s\n", g->ToString().c_str());
     double t = CpuUs();
-    auto cg = grammar::CompiledGrammar::Compile(*g, vocab);
+    auto cg = grammar::CompiledGrammar::Compile(*g, vocab, copts);
     double us = CpuUs() - t;
     all.push_back(us);
     std::string what;
@@ -260,7 +263,8 @@ int main(int argc, char** argv) {
   std::printf("vocabulary: %.1f ms (%zu ids)\n", Us(Clock::now() - t0) / 1000, (*vocab)->vocab_size());
   if (std::string dir = Arg(argc, argv, "check-dir", ""); !dir.empty()) return CheckAgainstReference(*vocab, dir);
   if (std::string dir = Arg(argc, argv, "schema-dir", ""); !dir.empty()) {
-    return SchemaCompiles(*vocab, dir, std::stoul(Arg(argc, argv, "limit", "100000")));
+    return SchemaCompiles(*vocab, dir, std::stoul(Arg(argc, argv, "limit", "100000")),
+                          Arg(argc, argv, "unit-sharing", "on") != "off");
   }
 
   std::vector<Case> cases = {{"json (recursive rules)", JsonGrammar(), JsonDocs()},
