@@ -99,10 +99,13 @@ class Determinizer {
     ComputeClasses();
     mark_.assign(nfa_.size(), 0);
     InternClosure({nfa_.start});
-    std::vector<std::vector<int32_t>> bucket(dfa_.num_classes);
+    // Per-thread scratch kept across units: most units are small, and allocating a vector per
+    // class for each of them was a visible share of compile time.
+    thread_local std::vector<std::vector<int32_t>> bucket;
+    if (bucket.size() < dfa_.num_classes) bucket.resize(dfa_.num_classes);
     for (size_t d = 0; d < states_.size(); ++d) {
       LADLE_RETURN_IF_ERROR(budget_.Charge(kDfaStateBytes + dfa_.num_classes * sizeof(int32_t)));
-      for (auto& b : bucket) b.clear();
+      for (uint16_t c = 0; c < dfa_.num_classes; ++c) bucket[c].clear();
       calls_.clear();
       specials_.clear();
       bool acc = false;
@@ -111,7 +114,9 @@ class Determinizer {
         nfa_.ForEdges(s, [&](const NfaEdge& e) {
           switch (e.kind) {
             case EdgeKind::kBytes:
-              for (uint8_t c : set_classes_[e.arg]) bucket[c].push_back(e.to);
+              for (uint32_t k = set_class_off_[e.arg]; k < set_class_off_[e.arg + 1]; ++k) {
+                bucket[set_class_pool_[k]].push_back(e.to);
+              }
               break;
             case EdgeKind::kCall: calls_.push_back({e.arg, e.to}); break;
             case EdgeKind::kSpecial: specials_.push_back({e.arg, e.to}); break;
@@ -169,16 +174,18 @@ class Determinizer {
 #endif
     dfa_.num_classes = n;
     for (int b = 0; b < 256; ++b) dfa_.class_map[b] = static_cast<uint8_t>(cls[b]);
-    set_classes_.resize(nfa_.sets.size());
+    set_class_off_.assign(1, 0);
+    set_class_pool_.clear();
     std::array<uint8_t, 256> seen;
     for (size_t i = 0; i < nfa_.sets.size(); ++i) {
       std::fill(seen.begin(), seen.begin() + n, uint8_t{0});
       ForBits(nfa_.sets[i], [&](int b) {
         if (!seen[cls[b]]) {
           seen[cls[b]] = 1;
-          set_classes_[i].push_back(static_cast<uint8_t>(cls[b]));
+          set_class_pool_.push_back(static_cast<uint8_t>(cls[b]));
         }
       });
+      set_class_off_.push_back(static_cast<uint32_t>(set_class_pool_.size()));
     }
   }
 
@@ -307,7 +314,9 @@ class Determinizer {
   const Nfa& nfa_;
   Budget& budget_;
   Dfa dfa_;
-  std::vector<std::vector<uint8_t>> set_classes_;
+  // The classes of byte set i: set_class_pool_[set_class_off_[i] .. set_class_off_[i + 1]).
+  std::vector<uint8_t> set_class_pool_;
+  std::vector<uint32_t> set_class_off_;
   std::vector<std::pair<int32_t, int32_t>> calls_, specials_;
   static constexpr size_t kSameSlots = 512;  // > 2 x the most byte classes (256)
   struct SameSlot {
