@@ -147,9 +147,9 @@ bool StructuralKey(const Automaton& a, int32_t state, size_t max_bytes, std::pai
 }
 
 MaskCache::MaskCache(size_t num_states)
-    : slots_(new std::atomic<const MaskEntry*>[num_states]),
-      n_(num_states),
-      budget_slots_(new std::atomic<const MaskEntry*>[num_states]) {
+    : budget_slots_(new std::atomic<const MaskEntry*>[num_states]),
+      slots_(new std::atomic<const MaskEntry*>[num_states]),
+      n_(num_states) {
   for (size_t i = 0; i < n_; ++i) {
     slots_[i].store(nullptr, std::memory_order_relaxed);
     budget_slots_[i].store(nullptr, std::memory_order_relaxed);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -388,6 +389,44 @@ TEST(Automaton, SharedUnitKeysLookThroughInlinedRules) {
   auto again = CompiledGrammar::Compile(make('a'), v);
   ASSERT_TRUE(again.ok());
   EXPECT_GE((*again)->impl().automaton.shared_units, 1u);
+}
+
+// Compiles on several threads share the unit cache: every thread's grammar serialises like a
+// cold compile of the same schema (the cache is filled and read concurrently).
+TEST(Automaton, SharedUnitDfasAreSafeAcrossThreads) {
+  auto v = testing::SmallVocab();
+  std::vector<Grammar> grammars;
+  std::vector<std::string> cold;
+  for (int i = 0; i < 6; ++i) {
+    auto schema = json::Parse(fmt::format(R"({{"type":"object","properties":{{
+        "k{0}":{{"type":"string","maxLength":{1}}},"p":{{"type":"string","pattern":"^[a-f]{{{2}}}$"}},
+        "n":{{"type":"integer","minimum":{0}}}}},"additionalProperties":{{"type":"boolean"}}}})",
+                                          i % 3, 20 + 5 * (i % 2), 2 + i % 3));
+    ASSERT_TRUE(schema.ok());
+    auto g = JsonSchemaGrammar(*schema);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    CompileOptions off;
+    off.share_unit_dfas = false;
+    auto cg = CompiledGrammar::Compile(*g, v, off);
+    ASSERT_TRUE(cg.ok());
+    cold.push_back((*cg)->Serialize());
+    grammars.push_back(std::move(*g));
+  }
+  std::vector<std::string> got(grammars.size() * 4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < grammars.size(); ++k) {
+        const size_t i = (k + t) % grammars.size();
+        auto cg = CompiledGrammar::Compile(grammars[i], v);
+        if (cg.ok()) got[t * grammars.size() + i] = (*cg)->Serialize();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t t = 0; t < 4; ++t) {
+    for (size_t i = 0; i < grammars.size(); ++i) EXPECT_EQ(got[t * grammars.size() + i], cold[i]) << t << " " << i;
+  }
 }
 
 }  // namespace
