@@ -109,12 +109,7 @@ class Analysis {
       buf.push_back(h.first);
       buf.push_back(h.second);
     }
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    XXH3_128bits_update(st, buf.data(), buf.size() * sizeof(uint64_t));
-    XXH3_128bits_update(st, e.text.data(), e.text.size());
-    XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
+    const XXH128_hash_t h = Digest(buf, e.text);
     slot = {h.high64, h.low64 | 1};
     return slot;
   }
@@ -149,15 +144,20 @@ class Analysis {
       buf.push_back(h->first);
       buf.push_back(h->second);
     }
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    XXH3_128bits_update(st, buf.data(), buf.size() * sizeof(uint64_t));
-    XXH3_128bits_update(st, e.text.data(), e.text.size());
-    XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
+    const XXH128_hash_t h = Digest(buf, e.text);
     std::pair<uint64_t, uint64_t> out{h.high64, h.low64 | 2};  // never the {1, 0} marker
     deep_memo_[id] = out;
     return out;
+  }
+
+  static XXH128_hash_t Digest(const std::vector<uint64_t>& words, const std::string& text) {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, words.data(), words.size() * sizeof(uint64_t));
+    XXH3_128bits_update(st, text.data(), text.size());
+    const XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    return h;
   }
 
   bool Inlinable(RuleId r) {
