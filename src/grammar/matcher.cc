@@ -17,6 +17,9 @@ namespace {
 // Interned stack nodes are garbage once no stack set refers to them; past this many the arena
 // is compacted to the live ones.
 constexpr size_t kCompactNodes = size_t{1} << 20;
+// The uncertain-token walks memoise steps for at most this many stack sets per matcher
+// (~1.3 MiB at most; MaskBench's matchers stay far below it).
+constexpr size_t kWalkMaxSets = 1024;
 // Jump-forward never returns more than this (a grammar can force arbitrarily long text).
 constexpr size_t kMaxJumpForward = 4096;
 
@@ -76,7 +79,12 @@ size_t CompiledGrammar::MemoryBytes() const {
 
 struct GrammarMatcher::Impl {
   Impl(std::shared_ptr<const CompiledGrammar> g, const MatcherOptions& o)
-      : cg(std::move(g)), a(cg->impl().automaton), v(cg->vocab().impl()), opts(o), sim(a, arena), dfa(sim) {
+      : cg(std::move(g)),
+        a(cg->impl().automaton),
+        v(cg->vocab().impl()),
+        opts(o),
+        sim(a, arena),
+        dfa(sim, kWalkMaxSets) {
     sim.SetMaxStacks(opts.max_parallel_stacks);
     ResetState();
   }
@@ -94,7 +102,7 @@ struct GrammarMatcher::Impl {
   Simulator sim;
   // The uncertain-token walks' memo of steps over stack sets: it names sets of this arena's
   // node ids, so it is cleared whenever the arena is (ResetState, Compact), and when it has
-  // grown past SetDfa::kMaxSets (at the start of a walk, when no id is held).
+  // grown past kWalkMaxSets (at the start of a walk, when no id is held).
   SetDfa dfa;
   StackSet cur;
   bool terminated = false;
@@ -258,7 +266,7 @@ struct GrammarMatcher::Impl {
 
   // The walk's start: the current stacks' set id (the memo is dropped first if it is full).
   int32_t StartWalk() {
-    if (dfa.size() > SetDfa::kMaxSets) dfa.Clear();
+    if (dfa.size() > dfa.max_sets()) dfa.Clear();
     return dfa.Enter(cur);
   }
 

@@ -84,7 +84,7 @@ int32_t SetDfa::Intern(StackSet s) {
   key.push_back(static_cast<char>(s.barrier | (s.can_end << 1)));
   auto [it, fresh] = index_.try_emplace(std::move(key), static_cast<int32_t>(sets_.size()));
   if (fresh) {
-    if (sets_.size() < kMaxSets) BuildReps(s);
+    if (sets_.size() < max_sets_) BuildReps(s);
     int32_t plain = -1;
     if (s.tops.size() == 1 && !s.barrier && !s.can_end && Plain(arena_[s.tops[0]].state)) {
       plain = s.tops[0];
@@ -92,7 +92,7 @@ int32_t SetDfa::Intern(StackSet s) {
     }
     plain_of_.push_back(plain);
     sets_.push_back(std::move(s));
-    if (sets_.size() <= kMaxSets) {
+    if (sets_.size() <= max_sets_) {
       trans_.resize(sets_.size() * 256, kUnknown);
       memo_rows_ = sets_.size();
     }

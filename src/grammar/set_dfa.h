@@ -42,7 +42,7 @@ void RefineBlocks(std::array<uint8_t, 256>& block, KeyOf&& key_of) {
   }
 }
 
-// Sets are named by small ids; Step(set, byte) is memoised for the first kMaxSets sets and
+// Sets are named by small ids; Step(set, byte) is memoised for the first max_sets() sets and
 // simulated directly past them. Ids name sets of the arena's node ids, so they are valid only
 // while that arena is unchanged (the matcher clears this table when it compacts or resets).
 class SetDfa {
@@ -62,10 +62,13 @@ class SetDfa {
     sim_.SetMaxStacks(kMaxStacks);
   }
   // The matcher's: steps the matcher's own stacks, with its simulator (and its stack cap).
-  explicit SetDfa(Simulator& sim) : arena_(sim.arena()), sim_(sim) {}
+  // A memo row is 1.25 KiB (a step and a representative byte per byte value), so a matcher,
+  // which lives as long as its request, memoises at most `max_sets` sets.
+  SetDfa(Simulator& sim, size_t max_sets) : arena_(sim.arena()), sim_(sim), max_sets_(max_sets) {}
 
   bool overflowed() const { return sim_.overflowed(); }
   size_t size() const { return sets_.size(); }
+  size_t max_sets() const { return max_sets_; }
   // Forgets every set (their node ids are about to change).
   void Clear();
 
@@ -127,6 +130,7 @@ class SetDfa {
   std::unique_ptr<Simulator> own_sim_;
   Arena& arena_;
   Simulator& sim_;
+  size_t max_sets_ = kMaxSets;  // sets with a memo row
   std::vector<StackSet> sets_;
   std::vector<uint32_t> short_;
   std::vector<ByteSet> loop_known_, loop_yes_;
