@@ -144,8 +144,21 @@ Containment RawContainment(const Automaton& a, const TokenVocabulary::Impl& v, i
   s0.fill(-1);
   s0[0] = state;
   if (!close(s0)) return Containment::kUnknown;
+  // A pair is expanded once, at its least depth, so what it is checked on there must cover
+  // every deeper visit: the bytes tokens have at that offset *or any later one* (a byte may
+  // occur at offset 3 in a body state and never at offset 1). The start is the exception
+  // when it has excluded first bytes: its depth-0 visit leaves them out, so a later visit
+  // of the start pair (after ':' in "://", say) is expanded again in full (a fuzzer find:
+  // "://" was accepted in a string that forbids '/').
+  std::array<std::array<ByteSet, StringBody::kStates>, TokenVocabulary::Impl::kShortTokenBytes + 1> later{};
+  for (size_t d = TokenVocabulary::Impl::kShortTokenBytes; d-- > 0;) {
+    for (int c = 0; c < StringBody::kStates; ++c) {
+      const ByteSet& here = v.body_next[d * StringBody::kStates + static_cast<size_t>(c)];
+      for (int w = 0; w < 4; ++w) later[d][c].bits[w] = here.bits[w] | later[d + 1][c].bits[w];
+    }
+  }
   std::vector<Pair> queue{{s0, 0, 0}};
-  fresh(s0, 0);
+  if (skip.Empty()) fresh(s0, 0);
   for (size_t k = 0; k < queue.size(); ++k) {
     const Pair p = queue[k];
     const bool single = !calls_met && p.x[1] < 0;
@@ -158,9 +171,11 @@ Containment RawContainment(const Automaton& a, const TokenVocabulary::Impl& v, i
     }
     if (p.depth == TokenVocabulary::Impl::kShortTokenBytes) continue;
     const RepEntry& reps = Reps(p.x, p.body);
-    // Only bytes some token has here (at this offset, in this body state).
-    ByteSet next = v.body_next[p.depth * StringBody::kStates + static_cast<size_t>(p.body)];
+    // Only bytes some token has here or deeper in this body state (the start: here only,
+    // less the excluded first bytes).
+    ByteSet next = later[p.depth][static_cast<size_t>(p.body)];
     if (p.depth == 0) {
+      next = v.body_next[static_cast<size_t>(p.body)];
       for (int w = 0; w < 4; ++w) next.bits[w] &= ~skip.bits[w];
     }
     for (size_t r = 0; r < reps.reps.size(); ++r) {
@@ -245,7 +260,9 @@ bool SetContainment(SetDfa& dfa, int32_t start, const ByteSet& skip, BodyShorts&
     seen[x] |= static_cast<uint16_t>(1u << c);
     return fresh;
   };
-  mark(start, 0);
+  // As in RawContainment: with excluded first bytes the depth-0 visit does not cover a later
+  // visit of the start pair, which is then expanded in full.
+  if (skip.Empty()) mark(start, 0);
   for (size_t k = 0; k < queue.size(); ++k) {
     const Pair p = queue[k];
     if (p.depth > 0) budget &= NoteShort(shorts, p.body, dfa.Short(p.set));

@@ -199,6 +199,25 @@ TEST(Mask, StringBodySliceMatchesTokenByToken) {
 }
 
 
+// A string-body state with excluded first bytes that it reaches again after another byte:
+// after `"a` the body loops on ' ' and ':' and has no '/', so " /" and "://" must be refused. The containment
+// walk once expanded the start pair only at depth 0, where the excluded bytes are left out,
+// and accepted every token that reached it again (an ebnf_fuzz find).
+TEST(Mask, StringBodySliceChecksExcludedBytesPastTheFirst) {
+  const std::string path = ladle::testing::TokenizerPath();
+  LADLE_REQUIRE_DATA(path);
+  const std::shared_ptr<const TokenVocabulary> vocab = testing::LoadDeepSeek(path).vocab;
+  ASSERT_TRUE(vocab);
+  auto g = EbnfGrammar(R"(root ::= "\"" ( [^"\\/\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"")");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto cg = CompiledGrammar::Compile(*g, vocab);
+  ASSERT_TRUE(cg.ok());
+  for (const char* prefix : {"\"", "\"a", "\"a:"}) {
+    CheckTokenByToken(*cg, *vocab, prefix);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The layer slice (a maxLength string's boundaries, far from and near the bound, with and
 // without minLength still to meet) and the string-body slice at the rest of an unlisted key
 // (first characters excluded): every id's mask bit must be what AcceptToken says.
