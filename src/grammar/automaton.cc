@@ -594,29 +594,31 @@ Result<Automaton> BuildAutomaton(const Grammar& g, const CompileOptions& opts,
   std::unordered_map<ExprId, Dfa> tails;  // a sequence's last part -> its DFA, shared
   UnitDfaCache& cache = UnitDfaCache::Instance();
   std::optional<UnitDfaCache::Key> key;
-  // Records unit u's DFA (and offers it to the cache when it makes no calls).
+  // Unit u's DFA, built here or found in the cache, with its layering and statistics.
+  auto record = [&](size_t u, std::shared_ptr<const SharedUnit> su) {
+    if (su->layered) {
+      layered.push_back(*su->layered);
+      layered.back().unit = static_cast<int32_t>(u);
+    }
+    concatenated_units += su->concatenated;
+    dfas.push_back(std::shared_ptr<const Dfa>(su, &su->dfa));
+  };
+  // Records a DFA built here (and offers it to the cache when it makes no calls).
   auto add = [&](size_t u, Dfa dfa, std::optional<Automaton::Layered> lay, bool concatenated) {
     auto su = std::make_shared<SharedUnit>();
     su->dfa = std::move(dfa);
     su->layered = lay;
     su->concatenated = concatenated;
-    if (lay) layered.push_back(*lay);
-    concatenated_units += concatenated;
     if (key && CallFree(su->dfa)) cache.Put(*key, su);
-    dfas.push_back(std::shared_ptr<const Dfa>(su, &su->dfa));
+    record(u, std::move(su));
   };
   for (size_t u = 0; u < table.units.size(); ++u) {
     key = opts.share_unit_dfas ? nb.UnitKey(static_cast<int32_t>(u)) : std::nullopt;
     if (key) {
       if (auto hit = cache.Find(*key)) {
         LADLE_RETURN_IF_ERROR(budget.Charge(hit->Bytes()));
-        if (hit->layered) {
-          layered.push_back(*hit->layered);
-          layered.back().unit = static_cast<int32_t>(u);
-        }
-        concatenated_units += hit->concatenated;
         ++shared_units;
-        dfas.push_back(std::shared_ptr<const Dfa>(hit, &hit->dfa));
+        record(u, std::move(hit));
         continue;
       }
     }
