@@ -1,0 +1,462 @@
+// kvcache_bench: the KV block store against its peers, side by side in one run.
+//   fs     112 KiB Put/Get at queue depths 1, 8, 32 on `fs:DIR` vs fio (io_uring) on the same
+//          directory, same block size and depth: one big file, and one file per block.
+//   ec     `ec:10+2` over 12 directories: write MB/s; read MB/s and p50/p99 with 0, 1, 2 (and 3)
+//          domains down (a domain's directory moved away between runs).
+//   codec  EC encode/decode MB/s of the store's coder (kvcache::EcCodec, internal to the library)
+//          vs raw ISA-L ec_encode_data on the same buffers; then end to end, Put (encode) and Get
+//          with 2 data domains down (decode) on tmpfs, where file I/O costs least.
+//   match  Match latency for a 1,000-block chain (128K tokens) and a 7,813-block chain (1M tokens)
+//          on a warm local store.
+//   kvcache_bench [--quick] [--dir DIR] [--shm DIR] [--only fs,ec,codec,match] [--direct] [--fsync]
+// See bench/kvcache/README.md.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "bench_util.h"
+#include "codec_ref.h"
+#include "ladle/kvcache/kv_store.h"
+
+namespace ladle::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using kvcache::BlockKey;
+using kvcache::KvStore;
+using kvcache::MutableBuffer;
+using kvcache::TrafficClass;
+
+constexpr size_t kBlock = 112 * 1024;
+
+struct Opts {
+  std::string dir = "/var/tmp/ladle-kvbench";
+  std::string shm = "/dev/shm/ladle-kvbench";
+  std::string fio = "fio";
+  std::string only = "fs,ec,codec,match";
+  bool quick = false;
+  bool direct = false;
+  bool fsync = false;
+  bool drop_caches = false;
+  bool keep = false;
+  size_t blocks = 0;  // 0: 256 quick, 2048 full
+  std::vector<unsigned> depths{1, 8, 32};
+};
+
+std::string LoadAvg() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+bool Wants(const Opts& o, const char* section) {
+  std::stringstream ss(o.only);
+  std::string s;
+  while (std::getline(ss, s, ',')) if (s == section) return true;
+  return false;
+}
+
+void DropCaches(const Opts& o) {
+  if (!o.drop_caches) return;
+  sync();
+  std::ofstream("/proc/sys/vm/drop_caches") << "3\n";
+}
+
+Result<std::unique_ptr<KvStore>> OpenStore(const std::string& uri, unsigned depth, const Opts& o) {
+  kvcache::StoreOptions so;
+  so.io_depth = depth;
+  so.o_direct = o.direct;
+  // No GC worker: nothing here fills a disk, and a background pass would perturb the timings.
+  so.gc_in_process = false;
+  return KvStore::Open(uri, so);
+}
+
+std::vector<BlockKey> RandomKeys(size_t n, std::mt19937_64& rng) {
+  std::vector<BlockKey> k(n);
+  for (auto& key : k) key = BlockKey{rng(), rng()};
+  return k;
+}
+
+// A handful of distinct payloads; key i stores payloads[i % size].
+struct Payloads {
+  std::vector<std::vector<uint8_t>> v;
+  Payloads(size_t count, size_t size, std::mt19937_64& rng) : v(count, std::vector<uint8_t>(size)) {
+    for (auto& p : v) for (auto& b : p) b = static_cast<uint8_t>(rng());
+  }
+  const std::vector<uint8_t>& For(size_t i) const { return v[i % v.size()]; }
+};
+
+// `depth` requests in flight, each carrying `batch` consecutive keys.
+RunResult PutLoop(KvStore& s, const std::vector<BlockKey>& keys, const Payloads& p, unsigned depth, size_t batch) {
+  const size_t n = keys.size(), reqs = (n + batch - 1) / batch;
+  RunResult r = ClosedLoop(reqs, depth, 0, [&](size_t i, std::function<void(bool)> done) {
+    const size_t b = i * batch, e = std::min(n, b + batch);
+    std::vector<std::span<const uint8_t>> vals;
+    for (size_t j = b; j < e; ++j) vals.emplace_back(p.For(j));
+    s.Put(std::span(keys).subspan(b, e - b), vals, TrafficClass::kChatbot, [done](std::vector<Status> st) {
+      bool ok = true;
+      for (const auto& x : st) ok = ok && x.ok();
+      done(ok);
+    });
+  });
+  r.bytes = 0;
+  for (size_t i = 0; i < n; ++i) r.bytes += p.For(i).size();
+  return r;
+}
+
+struct GetCounts {
+  size_t hits = 0, misses = 0, wrong = 0, errors = 0;
+};
+
+// As PutLoop, reading back. `verify` compares bytes (the fs-vs-fio rows skip it: fio does not
+// compare either, and a memcmp per block would be charged to us alone).
+RunResult GetLoop(KvStore& s, const std::vector<BlockKey>& keys, const Payloads& p, unsigned depth, size_t batch,
+                  bool verify, GetCounts* counts) {
+  const size_t n = keys.size(), reqs = (n + batch - 1) / batch;
+  const size_t cap = p.v[0].size();
+  std::mutex mu;
+  std::vector<std::vector<uint8_t>> slots(static_cast<size_t>(depth) * batch, std::vector<uint8_t>(cap));
+  std::vector<size_t> free_slots;
+  for (size_t i = 0; i < depth; ++i) free_slots.push_back(i);
+  GetCounts c;
+  RunResult r = ClosedLoop(reqs, depth, 0, [&](size_t i, std::function<void(bool)> done) {
+    const size_t b = i * batch, e = std::min(n, b + batch);
+    size_t slot;
+    {
+      std::lock_guard g(mu);
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    std::vector<MutableBuffer> bufs;
+    for (size_t j = b; j < e; ++j) bufs.push_back({slots[slot * batch + (j - b)].data(), cap});
+    s.Get(std::span(keys).subspan(b, e - b), bufs, [&, done, slot, b, e](std::vector<Result<size_t>> res) {
+      GetCounts local;
+      for (size_t j = b; j < e && j - b < res.size(); ++j) {
+        const auto& x = res[j - b];
+        if (x.ok()) {
+          const auto& want = p.For(j);
+          const bool same = *x == want.size() &&
+                            (!verify || std::memcmp(slots[slot * batch + (j - b)].data(), want.data(), want.size()) == 0);
+          same ? ++local.hits : ++local.wrong;
+        } else if (x.status().code() == StatusCode::kNotFound) {
+          ++local.misses;
+        } else {
+          ++local.errors;
+        }
+      }
+      std::lock_guard g(mu);
+      c.hits += local.hits, c.misses += local.misses, c.wrong += local.wrong, c.errors += local.errors;
+      free_slots.push_back(slot);
+      done(local.wrong == 0 && local.errors == 0 && local.misses == 0);
+    });
+  });
+  r.bytes = static_cast<uint64_t>(c.hits) * cap;
+  if (counts) *counts = c;
+  return r;
+}
+
+void Reset(const std::string& d) {
+  std::error_code ec;
+  fs::remove_all(d, ec);
+  fs::create_directories(d, ec);
+}
+
+// Ratios the summary prints, in order.
+std::vector<std::string> g_summary;
+
+void Ratio(const std::string& what, double ours, double peer, double goal) {
+  const double r = peer > 0 ? ours / peer : 0;
+  g_summary.push_back(fmt::format("{:<44} {:>8.1f} / {:>8.1f} = {:>5.2f}   goal >= {:.2f}  {}", what, ours, peer, r,
+                                  goal, r >= goal ? "met" : "NOT met"));
+}
+
+// --- fs vs fio ---------------------------------------------------------------------------------
+
+int FsSection(const Opts& o, size_t n, std::mt19937_64& rng) {
+  fmt::print("\n== fs vs fio: {} blocks of {} KiB, {} I/O{}, dir {}, load {}\n", n, kBlock / 1024,
+             o.direct ? "O_DIRECT" : "buffered", o.fsync ? ", fio fsync=1" : "", o.dir, LoadAvg());
+  fmt::print("{:<6} {:>3} | {:>9} {:>9} | {:>9} {:>9} | {:>6} {:>6} | {:>15} {:>15}\n", "op", "qd", "ours",
+             "ours-bat", "fio-1file", "fio-nfile", "/fio1", "/fioN", "ours p50/p99 us", "fio1 p50/p99 us");
+  Payloads p(8, kBlock, rng);
+  int bad = 0;
+  for (unsigned d : o.depths) {
+    const std::string ours_dir = o.dir + fmt::format("/fs-qd{}", d);
+    Reset(ours_dir);
+    auto store = OpenStore("fs:" + ours_dir, d, o);
+    if (!store.ok()) {
+      fmt::print(stderr, "open fs:{}: {}\n", ours_dir, store.status().ToString());
+      return 1;
+    }
+    auto keys = RandomKeys(n, rng), keys_b = RandomKeys(n, rng);
+    GetCounts c1, c2;
+    RunResult w1 = PutLoop(**store, keys, p, d, 1);
+    RunResult wb = d > 1 ? PutLoop(**store, keys_b, p, 1, d) : w1;
+    DropCaches(o);
+    RunResult r1 = GetLoop(**store, keys, p, d, 1, false, &c1);
+    RunResult rb = d > 1 ? GetLoop(**store, keys_b, p, 1, d, false, &c2) : r1;
+    bad += static_cast<int>(w1.failures + wb.failures + c1.wrong + c1.errors + c1.misses + c2.wrong + c2.errors + c2.misses);
+    store->reset();
+
+    std::map<std::string, FioResult> fio;
+    for (bool per_block : {false, true}) {
+      const std::string fio_dir = o.dir + fmt::format("/fio{}-qd{}", per_block ? "n" : "1", d);
+      Reset(fio_dir);
+      for (const char* rw : {"write", "read"}) {
+        if (std::string(rw) == "read") DropCaches(o);
+        FioJob j{o.fio, fio_dir, rw, kBlock, d, n, per_block, o.direct, o.fsync && std::string(rw) == "write"};
+        auto r = RunFio(j);
+        if (!r.ok()) {
+          fmt::print(stderr, "fio: {}\n", r.status().ToString());
+          return 1;
+        }
+        fio[fmt::format("{}{}", rw, per_block ? "N" : "1")] = *r;
+      }
+      if (!o.keep) fs::remove_all(fio_dir);
+    }
+    if (!o.keep) fs::remove_all(ours_dir);
+    auto row = [&](const char* op, const RunResult& a, const RunResult& b, const FioResult& f1, const FioResult& fn) {
+      const double best = std::max(a.MBps(), b.MBps());
+      fmt::print("{:<6} {:>3} | {:>9.1f} {:>9.1f} | {:>9.1f} {:>9.1f} | {:>6.2f} {:>6.2f} | {:>7.0f}/{:<7.0f} {:>7.0f}/{:<7.0f}\n",
+                 op, d, a.MBps(), b.MBps(), f1.bw_bytes / 1e6, fn.bw_bytes / 1e6, best / (f1.bw_bytes / 1e6),
+                 best / (fn.bw_bytes / 1e6), a.P50(), a.P99(), f1.p50_us, f1.p99_us);
+      Ratio(fmt::format("fs {} qd{} ours(best) / fio 1-file MB/s", op, d), best, f1.bw_bytes / 1e6, 0.80);
+      Ratio(fmt::format("fs {} qd{} ours(best) / fio file-per-block MB/s", op, d), best, fn.bw_bytes / 1e6, 0.80);
+    };
+    row("write", w1, wb, fio["write1"], fio["writeN"]);
+    row("read", r1, rb, fio["read1"], fio["readN"]);
+  }
+  fmt::print("(ours: {} single-key requests in flight; ours-bat: one request of qd keys at a time; MB/s = 1e6 B/s)\n",
+             "qd");
+  if (bad) fmt::print("!! {} fs requests failed or returned a miss/wrong length\n", bad);
+  return bad ? 1 : 0;
+}
+
+// --- ec:10+2 with domains down -----------------------------------------------------------------
+
+std::string EcUri(const std::string& base, int domains) {
+  std::string uri = "ec:10+2:";
+  for (int i = 0; i < domains; ++i) uri += fmt::format("{}{}/d{}", i ? "," : "", base, i);
+  return uri;
+}
+
+// Writes n blocks, then reads them back with 0..3 domains moved away. Returns failures.
+int EcRun(const Opts& o, const std::string& base, size_t n, std::mt19937_64& rng, const char* label,
+          RunResult* put_out, RunResult* get2_out) {
+  Reset(base);
+  for (int i = 0; i < 12; ++i) fs::create_directories(fmt::format("{}/d{}", base, i));
+  const std::string uri = EcUri(base, 12);
+  Payloads p(8, kBlock, rng);
+  auto keys = RandomKeys(n, rng);
+  int bad = 0;
+  auto store = OpenStore(uri, 32, o);
+  if (!store.ok()) {
+    fmt::print(stderr, "open {}: {}\n", uri, store.status().ToString());
+    return 1;
+  }
+  RunResult w = PutLoop(**store, keys, p, 32, 1);
+  fmt::print("{:<5} {:<6} {:>5} | write {:>8.1f} MB/s at qd32, p50/p99 {:.0f}/{:.0f} us{}\n", label, "0 down", "",
+             w.MBps(), w.P50(), w.P99(), w.failures ? fmt::format("  ({} failed)", w.failures) : "");
+  bad += static_cast<int>(w.failures);
+  if (put_out) *put_out = w;
+  const size_t lat_n = std::min<size_t>(n, o.quick ? 128 : 512);
+  std::vector<BlockKey> lat_keys(keys.begin(), keys.begin() + lat_n);
+  for (int down = 0; down <= 3; ++down) {
+    std::string how = "moved away";
+    if (down > 0) {
+      store->reset();
+      // Domains 0, 1, 2 in turn: with chunk i on domain i these hold data chunks, so every read
+      // has to decode.
+      const std::string d = fmt::format("{}/d{}", base, down - 1);
+      std::error_code ec;
+      fs::rename(d, d + ".down", ec);
+      store = OpenStore(uri, 32, o);
+      if (!store.ok()) {
+        // A store that refuses a missing directory gets an empty one: the domain's data is gone either way.
+        fs::create_directories(d);
+        how = "emptied (Open refused the missing dir: " + store.status().ToString() + ")";
+        store = OpenStore(uri, 32, o);
+        if (!store.ok()) {
+          fmt::print(stderr, "reopen {} with {} down: {}\n", uri, down, store.status().ToString());
+          return bad + 1;
+        }
+      }
+    }
+    DropCaches(o);
+    GetCounts cl, ct;
+    RunResult rl = GetLoop(**store, lat_keys, p, 1, 1, true, &cl);
+    RunResult rt = GetLoop(**store, keys, p, 32, 1, true, &ct);
+    const bool want_hits = down <= 2;
+    const size_t wrong = cl.wrong + ct.wrong + cl.errors + ct.errors + (want_hits ? cl.misses + ct.misses : 0) +
+                         (want_hits ? 0 : cl.hits + ct.hits);
+    bad += static_cast<int>(wrong);
+    fmt::print("{:<5} {:<6} {:>5} | read  {:>8.1f} MB/s at qd32 | qd1 p50/p99 {:>6.0f}/{:<6.0f} us | hits {} misses {} "
+               "wrong {} errors {}{}\n",
+               label, fmt::format("{} down", down), "", rt.MBps(), rl.P50(), rl.P99(), ct.hits, ct.misses, ct.wrong,
+               ct.errors, down ? "  [" + how + "]" : "");
+    if (down == 2 && get2_out) *get2_out = rt;
+    if (down == 3 && ct.hits == 0 && ct.wrong == 0 && ct.errors == 0) {
+      fmt::print("{:<5} {:<6} {:>5} | 3 down: every read a clean miss, as required\n", label, "", "");
+    }
+  }
+  store->reset();
+  if (!o.keep) fs::remove_all(base);
+  return bad;
+}
+
+int EcSection(const Opts& o, size_t n, std::mt19937_64& rng) {
+  fmt::print("\n== ec:10+2 over 12 directories under {}: {} blocks of {} KiB, load {}\n", o.dir + "/ec", n,
+             kBlock / 1024, LoadAvg());
+  const int bad = EcRun(o, o.dir + "/ec", n, rng, "disk", nullptr, nullptr);
+  if (bad) fmt::print("!! {} ec reads or writes wrong (hits expected with <= 2 down, misses with 3)\n", bad);
+  return bad ? 1 : 0;
+}
+
+// --- codec vs raw ISA-L ------------------------------------------------------------------------
+
+int CodecSection(const Opts& o, size_t n, std::mt19937_64& rng) {
+  fmt::print("\n== EC 10+2 coding: raw ISA-L ec_encode_data vs the store on tmpfs ({}), load {}\n", o.shm, LoadAvg());
+  Payloads blocks(o.quick ? 32 : 128, kBlock, rng);
+  const CodecFigures raw = MeasureRawIsal(blocks.v, 10, 2, o.quick ? 0.3 : 1.0);
+  fmt::print("raw ISA-L   encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   chunk {} B   {}\n",
+             raw.encode_MBps, raw.decode_MBps, raw.chunk_len, raw.decode_exact ? "decode exact" : "DECODE WRONG");
+  bool exact = raw.decode_exact;
+#ifdef LADLE_BENCH_HAVE_EC_CODEC
+  // Interleave a second raw pass after the store's, so drift in machine load shows up as a
+  // raw-vs-raw spread rather than as a store-vs-raw ratio.
+  const CodecFigures lib = MeasureStoreCodec(blocks.v, 10, 2, raw.chunk_len, o.quick ? 0.3 : 1.0);
+  const CodecFigures raw2 = MeasureRawIsal(blocks.v, 10, 2, o.quick ? 0.3 : 1.0);
+  fmt::print("store codec encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   (kvcache::EcCodec)   {}\n",
+             lib.encode_MBps, lib.decode_MBps, lib.decode_exact ? "decode exact" : "DECODE WRONG");
+  fmt::print("raw ISA-L   encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   (second pass)\n",
+             raw2.encode_MBps, raw2.decode_MBps);
+  const double raw_enc = (raw.encode_MBps + raw2.encode_MBps) / 2, raw_dec = (raw.decode_MBps + raw2.decode_MBps) / 2;
+  Ratio("ec encode: EcCodec / raw ISA-L MB/s", lib.encode_MBps, raw_enc, 0.90);
+  Ratio("ec decode: EcCodec / raw ISA-L MB/s", lib.decode_MBps, raw_dec, 0.90);
+  exact = exact && lib.decode_exact;
+#else
+  const double raw_enc = raw.encode_MBps, raw_dec = raw.decode_MBps;
+#endif
+  // End to end: Put (split, encode, 12 chunk headers + CRC32C, 12 tmpfs writes) and Get with 2
+  // data domains down (11-way read, decode). Not a coding ratio; it says what the rest costs.
+  RunResult put, get2;
+  const int bad = EcRun(o, o.shm + "/ec", n, rng, "shm", &put, &get2);
+  fmt::print("store e2e   Put qd32 {:>8.1f} MB/s ({:.2f} of raw encode)   Get qd32 2 down {:>8.1f} MB/s ({:.2f} of raw "
+             "decode)\n",
+             put.MBps(), raw_enc > 0 ? put.MBps() / raw_enc : 0, get2.MBps(), raw_dec > 0 ? get2.MBps() / raw_dec : 0);
+  return bad || !exact ? 1 : 0;
+}
+
+// --- Match ---------------------------------------------------------------------------------------
+
+int MatchOne(KvStore& s, const std::vector<BlockKey>& chain, size_t len, size_t want, int reps, const char* what,
+             const char* store_label) {
+  std::span<const BlockKey> c(chain.data(), len);
+  for (int i = 0; i < 5; ++i) (void)s.MatchSync(c);  // warm
+  std::vector<double> lat;
+  int wrong = 0;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    auto hit = s.MatchSync(c);
+    lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!hit.ok() || *hit != want) ++wrong;
+  }
+  const double p50 = Percentile(lat, 0.5), p99 = Percentile(lat, 0.99);
+  fmt::print("{:<5} {:<28} {:>6} keys  hit {:>6}  p50 {:>9.1f} us  p99 {:>9.1f} us  ({} reps{})\n", store_label, what,
+             len, want, p50, p99, reps, wrong ? fmt::format(", {} WRONG counts", wrong) : "");
+  if (len == 1000 && want == 1000) {
+    g_summary.push_back(fmt::format("{:<44} p50 {:>8.1f} us              goal < 1000 us  {}",
+                                    fmt::format("match 1,000-block chain ({})", store_label), p50,
+                                    p50 < 1000 ? "met" : "NOT met"));
+  }
+  return wrong;
+}
+
+int MatchSection(const Opts& o, std::mt19937_64& rng) {
+  // A real chain: ChainKeys over a 1M-token prompt (7,813 full blocks); its first 1,000 keys are
+  // the 128K-token prompt. Values are 1 KiB: Match reads metadata only, so value size only
+  // changes how long the set-up takes.
+  const size_t kLong = 7813, kShort = 1000;
+  std::vector<uint32_t> tokens(kLong * kvcache::kBlockTokens + 17);
+  for (auto& t : tokens) t = static_cast<uint32_t>(rng() % 129280);
+  const kvcache::ExtraKey extras[] = {{kvcache::ExtraTag::kModel, "bench-model"}};
+  auto chain = kvcache::ChainKeys(tokens, extras);
+  fmt::print("\n== Match on a warm local store ({} chain keys, 1 KiB values), load {}\n", chain.size(), LoadAvg());
+  Payloads p(4, 1024, rng);
+  int bad = 0;
+  const int reps_short = o.quick ? 200 : 1000, reps_long = o.quick ? 30 : 200;
+  struct Target {
+    const char* label;
+    std::string base;
+    bool ec;
+  };
+  for (const Target& t : {Target{"fs", o.dir + "/match", false}, Target{"ec", o.shm + "/match-ec", true}}) {
+    Reset(t.base);
+    if (t.ec) for (int i = 0; i < 12; ++i) fs::create_directories(fmt::format("{}/d{}", t.base, i));
+    auto store = OpenStore(t.ec ? EcUri(t.base, 12) : "fs:" + t.base, 32, o);
+    if (!store.ok()) {
+      fmt::print(stderr, "open {}: {}\n", t.base, store.status().ToString());
+      return bad + 1;
+    }
+    // The ec store gets the 1,000-block chain only (12 chunk files a block; --quick stays short).
+    const size_t len = t.ec ? kShort : kLong;
+    std::vector<BlockKey> keys(chain.begin(), chain.begin() + len);
+    RunResult w = PutLoop(**store, keys, p, 32, 1);
+    bad += static_cast<int>(w.failures);
+    bad += MatchOne(**store, chain, kShort, kShort, reps_short, "1,000-block chain, all hit", t.label);
+    if (!t.ec) bad += MatchOne(**store, chain, kLong, kLong, reps_long, "7,813-block chain, all hit", t.label);
+    // A hole in the middle: Match must stop there.
+    std::vector<BlockKey> hole{chain[kShort / 2]};
+    (void)(*store)->DeleteSync(hole);
+    bad += MatchOne(**store, chain, kShort, kShort / 2, reps_short, "1,000-block chain, hole at 500", t.label);
+    store->reset();
+    if (!o.keep) fs::remove_all(t.base);
+  }
+  return bad;
+}
+
+}  // namespace
+}  // namespace ladle::bench
+
+int main(int argc, char** argv) {
+  using namespace ladle::bench;
+  Opts o;
+  CLI::App app("kvcache_bench: the KV block store vs fio and raw ISA-L, ratios in one run");
+  app.add_flag("--quick", o.quick, "small sizes (< 30 s), for CI");
+  app.add_option("--dir", o.dir, "disk directory for fs, ec and match (removed and recreated)")->capture_default_str();
+  app.add_option("--shm", o.shm, "tmpfs directory for the coding figures")->capture_default_str();
+  app.add_option("--fio", o.fio, "fio binary")->capture_default_str();
+  app.add_option("--only", o.only, "comma-separated sections: fs, ec, codec, match")->capture_default_str();
+  app.add_option("--blocks", o.blocks, "112 KiB blocks per run (default 256 quick, 2048 full)");
+  app.add_option("--depths", o.depths, "queue depths for fs vs fio")->capture_default_str();
+  app.add_flag("--direct", o.direct, "O_DIRECT for the store and fio (default buffered for both)");
+  app.add_flag("--fsync", o.fsync, "fio writes with fsync=1 (for a store that syncs each block)");
+  app.add_flag("--drop-caches", o.drop_caches, "drop the page cache before each read run (machine-wide!)");
+  app.add_flag("--keep", o.keep, "keep the directories written");
+  CLI11_PARSE(app, argc, argv);
+  const size_t n = o.blocks ? o.blocks : (o.quick ? 256 : 2048);
+  std::mt19937_64 rng(20261202);
+  const auto t0 = Clock::now();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  fmt::print("kvcache_bench {} on {} ({} CPUs), load {}\n", o.quick ? "--quick" : "(full)", host,
+             sysconf(_SC_NPROCESSORS_ONLN), LoadAvg());
+  int rc = 0;
+  if (Wants(o, "fs")) rc |= FsSection(o, n, rng);
+  if (Wants(o, "ec")) rc |= EcSection(o, n, rng);
+  if (Wants(o, "codec")) rc |= CodecSection(o, n, rng);
+  if (Wants(o, "match")) rc |= MatchSection(o, rng) ? 1 : 0;
+  fmt::print("\n== ratios (ours / peer), load {}, {:.1f} s in all\n", LoadAvg(), Seconds(Clock::now() - t0));
+  for (const auto& s : g_summary) fmt::print("{}\n", s);
+  if (rc) fmt::print("!! some requests failed or returned wrong data (see above)\n");
+  return rc;
+}
