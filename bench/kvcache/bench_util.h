@@ -86,6 +86,9 @@ struct FioJob {
   bool file_per_block = false;  // nrfiles=count, filesize=bs: the store's layout; else one file
   bool direct = false;
   bool fsync_each = false;
+  // fio drops the files' cached pages before a job by default; the store's reads right after its
+  // writes find them cached, so the buffered comparison keeps them (--drop-caches makes both cold).
+  bool invalidate = false;
 };
 struct FioResult {
   double bw_bytes = 0;  // bytes/s as fio reports it

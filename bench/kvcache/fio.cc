@@ -41,6 +41,7 @@ Result<FioResult> RunFio(const FioJob& j) {
   }
   if (j.direct) cmd += " --direct=1";
   if (j.fsync_each) cmd += " --fsync=1";
+  cmd += fmt::format(" --invalidate={}", j.invalidate ? 1 : 0);
   FioResult out;
   out.cmdline = cmd;
   FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");

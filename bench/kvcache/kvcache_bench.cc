@@ -213,7 +213,8 @@ int FsSection(const Opts& o, size_t n, std::mt19937_64& rng) {
       Reset(fio_dir);
       for (const char* rw : {"write", "read"}) {
         if (std::string(rw) == "read") DropCaches(o);
-        FioJob j{o.fio, fio_dir, rw, kBlock, d, n, per_block, o.direct, o.fsync && std::string(rw) == "write"};
+        FioJob j{o.fio, fio_dir, rw, kBlock, d, n, per_block, o.direct, o.fsync && std::string(rw) == "write",
+                 o.drop_caches};
         auto r = RunFio(j);
         if (!r.ok()) {
           fmt::print(stderr, "fio: {}\n", r.status().ToString());
