@@ -78,6 +78,9 @@ struct StoreOptions {
   unsigned io_depth = 32;
   // Open value files with O_DIRECT (needs aligned I/O; falls back to buffered where unsupported).
   bool o_direct = false;
+  // fdatasync each object (and its directory) before the rename: durable across power loss, not
+  // only across a process crash. Off by default: a lost block is a miss, not an error.
+  bool fsync = false;
   std::chrono::seconds ttl_agent{3 * 24 * 3600};
   std::chrono::seconds ttl_chatbot{7 * 24 * 3600};
   // GC keeps each target's use under high_watermark × capacity, evicting down to low_watermark.
@@ -139,7 +142,9 @@ class KvStore {
   virtual void Get(std::span<const BlockKey> keys, std::span<const MutableBuffer> buffers, GetDone done) = 0;
 
   // Writes each key's value atomically (a crash leaves nothing or the whole block). Per key: OK
-  // or the error (kResourceExhausted on ENOSPC, kIoError, ...).
+  // or the error (kResourceExhausted on ENOSPC, kIoError, ...). The values are copied before
+  // Put returns. The keys of one call are taken as a chain in order (keys[i-1] is keys[i]'s
+  // parent): GC evicts children before parents, so put unrelated blocks in separate calls.
   using PutDone = std::function<void(std::vector<Status>)>;
   virtual void Put(std::span<const BlockKey> keys, std::span<const std::span<const uint8_t>> values,
                    TrafficClass cls, PutDone done) = 0;

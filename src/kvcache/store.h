@@ -1,0 +1,132 @@
+// The store behind KvStore::Open: N = K + M targets (fs is K = 1, M = 0 over one target), an
+// in-memory catalog for Match and leases, the targets' RocksDB indexes for last-read times and
+// GC order, a timer for hedges and domain timeouts, and one maintenance thread (GC, repair).
+//
+// Invariants (LADLE_CHECKed where cheap):
+//  - a catalog entry exists only for a block whose Put completed with >= K chunks written;
+//  - a lease count is > 0 while a Get of the key is in flight; GC never evicts a leased key;
+//  - last_read(parent) >= last_read(child) for every recorded link (reads and puts raise the
+//    ancestors), and the LRU order breaks ties deeper first, so GC evicts children first.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "ec_codec.h"
+#include "ladle/kvcache/kv_store.h"
+#include "target.h"
+#include "timer.h"
+
+namespace ladle::kvcache {
+
+struct KeyHash {
+  size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL)); }
+};
+
+class Store final : public KvStore {
+ public:
+  static Result<std::unique_ptr<Store>> Open(const std::vector<std::string>& specs, unsigned k, unsigned m,
+                                             StoreOptions options);
+  ~Store() override;
+
+  void Match(std::span<const BlockKey> keys, MatchDone done) override;
+  void Get(std::span<const BlockKey> keys, std::span<const MutableBuffer> buffers, GetDone done) override;
+  void Put(std::span<const BlockKey> keys, std::span<const std::span<const uint8_t>> values, TrafficClass cls,
+           PutDone done) override;
+  void Delete(std::span<const BlockKey> keys, DeleteDone done) override;
+  StoreStat Stat() override;
+  Result<uint64_t> RunGcOnce() override;
+  Result<FsckReport> Fsck() override;
+
+  struct Entry {
+    uint64_t value_len = 0;
+    int64_t write_ms = 0;
+    uint64_t write_id = 0;
+    int64_t expire_ms = 0;
+    int64_t last_read_ms = 0;
+    int64_t flushed_read_ms = 0;  // what the indexes hold; GC skips entries read since
+    BlockKey parent;
+    bool has_parent = false;
+    uint32_t depth = 0;
+    TrafficClass cls = TrafficClass::kChatbot;
+    uint32_t mask = 0;  // domains holding a chunk of this write
+  };
+
+ private:
+  Store(unsigned k, unsigned m, StoreOptions options);
+  struct GetKey;
+  struct GetBatch;
+
+  int64_t NowMs() const;
+  int64_t SteadyMs() const;
+  bool IsDown(unsigned d) const;
+  void MarkDown(unsigned d, const std::string& why);
+  void NoteAnswer(unsigned d) { last_answer_[d] = SteadyMs(); }
+  // Of the `late` domains, those silent for domain_timeout (hung); the rest are only busy.
+  uint32_t Hung(uint32_t late) const;
+  uint32_t UpMask() const;
+  bool Present(const Entry& e, int64_t now) const;
+  IndexMeta MetaOf(const Entry& e) const;
+  // Raises last_read of `key` and its recorded ancestors to `now`. Caller holds mu_.
+  void TouchLocked(const BlockKey& key, int64_t now);
+  void ReleaseLease(const BlockKey& key);
+
+  // store_read.cc
+  void StartRead(std::shared_ptr<GetKey> g);
+  void Ask(const std::shared_ptr<GetKey>& g, std::vector<unsigned> domains);
+  void OnChunk(const std::shared_ptr<GetKey>& g, unsigned d, Result<std::vector<uint8_t>> r);
+  void OnHedge(const std::shared_ptr<GetKey>& g);
+  void OnTimeout(const std::shared_ptr<GetKey>& g);
+  void FinishRead(const std::shared_ptr<GetKey>& g, Result<size_t> r, bool repair);
+  // Rebuilds the value of `chunks` (exactly K valid, by domain) into dst.
+  bool Reassemble(uint64_t value_len, uint32_t chunk_len, uint32_t have,
+                  std::vector<std::vector<uint8_t>>& chunks, uint8_t* dst);
+
+  // store_maint.cc
+  void MaintenanceMain();
+  void ScheduleRepair(const BlockKey& key);
+  enum class RepairResult { kOk, kRepaired, kUnrecoverable, kGone, kSkipped };
+  RepairResult RepairKey(const BlockKey& key, uint64_t* chunks_rewritten);
+  uint64_t GcPass();
+  void FlushTouches();
+  bool EvictIfIdle(const BlockKey& key, bool honour_fresh);
+  double MaxUsedRatio() const;
+  void RemoveEverywhere(const BlockKey& key);
+
+  const unsigned k_, m_, n_;
+  StoreOptions opt_;
+  std::vector<std::unique_ptr<Target>> targets_;
+  std::unique_ptr<EcCodec> codec_;
+  std::unique_ptr<std::atomic<int64_t>[]> down_until_;  // steady ms
+  // Steady ms of each domain's last answer: a late operation on a domain that keeps answering
+  // others is queued, not hung, and gets more time instead of marking the domain down.
+  std::unique_ptr<std::atomic<int64_t>[]> last_answer_;
+  std::atomic<uint64_t> write_seq_{0};
+  uint64_t write_seed_ = 0;
+
+  std::mutex mu_;  // catalog_, leases_, dirty_
+  std::unordered_map<BlockKey, Entry, KeyHash> catalog_;
+  std::unordered_map<BlockKey, uint32_t, KeyHash> leases_;
+  std::vector<BlockKey> dirty_;
+
+  std::atomic<uint64_t> hits_{0}, misses_{0}, puts_{0}, evictions_{0}, repairs_{0}, corrupt_{0};
+  std::atomic<bool> maint_healthy_{true};
+
+  std::mutex gc_mu_;  // one GC pass / repair / fsck at a time
+  std::mutex maint_mu_;
+  std::condition_variable maint_cv_;
+  std::deque<BlockKey> repair_queue_;
+  std::unordered_set<BlockKey, KeyHash> repair_pending_;
+  bool stop_ = false;
+  std::thread maint_;
+  std::unique_ptr<TimerThread> timer_;
+};
+
+}  // namespace ladle::kvcache

@@ -1,0 +1,350 @@
+// The maintenance side of the store: background repair of lost/bad chunks, GC (TTL, then LRU
+// between the watermarks) and fsck. One thread runs repairs as reads report them and a GC pass
+// every gc_interval (when gc_in_process); RunGcOnce and Fsck run the same code on the caller.
+#include <bit>
+#include <cstring>
+
+#include "ladle/core/logging.h"
+#include "object_format.h"
+#include "store.h"
+
+namespace ladle::kvcache {
+
+void Store::ScheduleRepair(const BlockKey& key) {
+  std::lock_guard lock(maint_mu_);
+  if (stop_ || !repair_pending_.insert(key).second) return;
+  repair_queue_.push_back(key);
+  maint_cv_.notify_one();
+}
+
+void Store::MaintenanceMain() {
+  auto next_gc = std::chrono::steady_clock::now() + opt_.gc_interval;
+  for (;;) {
+    std::vector<BlockKey> repairs;
+    {
+      std::unique_lock lock(maint_mu_);
+      maint_cv_.wait_until(lock, next_gc, [&] { return stop_ || !repair_queue_.empty(); });
+      if (stop_) return;
+      while (!repair_queue_.empty()) {
+        repairs.push_back(repair_queue_.front());
+        repair_queue_.pop_front();
+      }
+    }
+    // A throwing pass is logged and the loop goes on; the thread itself never dies silently.
+    try {
+      for (const BlockKey& key : repairs) {
+        {
+          std::lock_guard lock(maint_mu_);
+          repair_pending_.erase(key);
+        }
+        std::lock_guard gc(gc_mu_);
+        uint64_t n = 0;
+        RepairKey(key, &n);
+      }
+      if (std::chrono::steady_clock::now() >= next_gc) {
+        if (opt_.gc_in_process) {
+          std::lock_guard gc(gc_mu_);
+          GcPass();
+        } else {
+          FlushTouches();
+        }
+        next_gc = std::chrono::steady_clock::now() + opt_.gc_interval;
+      }
+    } catch (const std::exception& e) {
+      LADLE_LOG_ERROR("kvcache.maintenance_failed what={}", e.what());
+    } catch (...) {
+      LADLE_LOG_ERROR("kvcache.maintenance_failed what=unknown");
+    }
+  }
+}
+
+void Store::FlushTouches() {
+  std::vector<std::vector<std::pair<BlockKey, int64_t>>> per_target(n_);
+  std::vector<std::pair<BlockKey, int64_t>> flushed;
+  {
+    std::lock_guard lock(mu_);
+    for (const BlockKey& key : dirty_) {
+      auto it = catalog_.find(key);
+      if (it == catalog_.end() || it->second.last_read_ms <= it->second.flushed_read_ms) continue;
+      for (unsigned d = 0; d < n_; ++d) {
+        if (it->second.mask & (1u << d)) per_target[d].emplace_back(key, it->second.last_read_ms);
+      }
+      flushed.emplace_back(key, it->second.last_read_ms);
+      it->second.flushed_read_ms = it->second.last_read_ms;  // provisional; see below
+    }
+    dirty_.clear();
+  }
+  bool failed = false;
+  for (unsigned d = 0; d < n_; ++d) {
+    if (per_target[d].empty() || IsDown(d)) continue;
+    Status s = targets_[d]->index().Touch(per_target[d]);
+    if (!s.ok()) {
+      failed = true;
+      LADLE_LOG_WARN("kvcache.touch_failed path={} error={}", targets_[d]->path(), s.ToString());
+    }
+  }
+  if (failed) {
+    // Keep the in-memory times marked unflushed, so GC does not act on a stale order.
+    std::lock_guard lock(mu_);
+    for (auto& [key, ms] : flushed) {
+      auto it = catalog_.find(key);
+      if (it != catalog_.end()) it->second.flushed_read_ms = 0;
+      dirty_.push_back(key);
+    }
+  }
+}
+
+double Store::MaxUsedRatio() const {
+  double worst = 0;
+  for (unsigned d = 0; d < n_; ++d) {
+    uint64_t cap = targets_[d]->capacity_bytes();
+    if (cap == 0 || IsDown(d)) continue;
+    worst = std::max(worst, static_cast<double>(targets_[d]->used_bytes()) / static_cast<double>(cap));
+  }
+  return worst;
+}
+
+void Store::RemoveEverywhere(const BlockKey& key) {
+  for (unsigned d = 0; d < n_; ++d) {
+    if (IsDown(d)) continue;  // its copy is dropped on load as an orphan, or by fsck
+    Status s = targets_[d]->RemoveSync(key);
+    if (!s.ok()) LADLE_LOG_WARN("kvcache.remove_failed key={} path={} error={}", key.Hex(), targets_[d]->path(), s.ToString());
+  }
+}
+
+bool Store::EvictIfIdle(const BlockKey& key, bool honour_fresh) {
+  {
+    std::lock_guard lock(mu_);
+    if (leases_.count(key) != 0) return false;  // a read is in flight: never under its feet
+    auto it = catalog_.find(key);
+    if (it != catalog_.end()) {
+      // Read since the order GC walks was written: it is not the least recently read any more.
+      if (honour_fresh && it->second.last_read_ms > it->second.flushed_read_ms) return false;
+      catalog_.erase(it);
+    }
+  }
+  // Out of the catalog first: a Get that starts now misses instead of racing the unlink.
+  RemoveEverywhere(key);
+  ++evictions_;
+  return true;
+}
+
+uint64_t Store::GcPass() {
+  FlushTouches();
+  int64_t now = NowMs();
+  uint64_t evicted = 0;
+  int primary = -1;
+  for (unsigned d = 0; d < n_; ++d) {
+    if (!IsDown(d)) {
+      primary = static_cast<int>(d);
+      break;
+    }
+  }
+  if (primary < 0) return 0;
+  Index& index = targets_[primary]->index();
+  // TTL: the expiry order's head, until a batch removes nothing (leased keys stay until next pass).
+  for (;;) {
+    std::vector<BlockKey> batch = index.Expired(now, 256);
+    uint64_t removed = 0;
+    for (const BlockKey& key : batch) {
+      if (EvictIfIdle(key, /*honour_fresh=*/false)) ++removed;
+    }
+    evicted += removed;
+    if (removed == 0 || batch.size() < 256) break;
+  }
+  // LRU between the watermarks. Walking the "l" order costs what it evicts plus what it skips.
+  if (MaxUsedRatio() > opt_.high_watermark) {
+    std::string cursor;
+    std::unordered_set<BlockKey, KeyHash> keep;  // ancestors of blocks we had to skip
+    while (MaxUsedRatio() > opt_.low_watermark) {
+      std::vector<BlockKey> batch = index.Lru(&cursor, 256);
+      if (batch.empty()) break;
+      for (const BlockKey& key : batch) {
+        if (MaxUsedRatio() <= opt_.low_watermark) break;
+        if (keep.count(key)) continue;
+        if (EvictIfIdle(key, /*honour_fresh=*/true)) {
+          ++evicted;
+          continue;
+        }
+        // Skipped (leased or just read): its ancestors must outlive it.
+        std::lock_guard lock(mu_);
+        BlockKey cur = key;
+        for (int hops = 0; hops < 1 << 20; ++hops) {
+          auto it = catalog_.find(cur);
+          if (it == catalog_.end() || !it->second.has_parent) break;
+          cur = it->second.parent;
+          if (!keep.insert(cur).second) break;
+        }
+      }
+    }
+    LADLE_LOG_INFO("kvcache.gc_pass evicted={} used_ratio={:.3f}", evicted, MaxUsedRatio());
+  }
+  return evicted;
+}
+
+Result<uint64_t> Store::RunGcOnce() {
+  std::lock_guard gc(gc_mu_);
+  return GcPass();
+}
+
+Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
+  Entry e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = catalog_.find(key);
+    if (it == catalog_.end()) return RepairResult::kGone;
+    e = it->second;
+  }
+  uint32_t chunk_len = ChunkLenFor(e.value_len, k_);
+  std::vector<std::vector<uint8_t>> chunks(n_);
+  uint32_t valid = 0, down = 0;
+  for (unsigned d = 0; d < n_; ++d) {
+    if (IsDown(d)) {
+      down |= 1u << d;
+      continue;
+    }
+    auto r = targets_[d]->ReadSync(key);
+    if (!r.ok()) continue;
+    auto dec = DecodeChunk(*r);
+    if (!dec.ok()) {
+      ++corrupt_;
+      continue;
+    }
+    const ChunkHeader& h = dec->header;
+    if (h.key == key && h.chunk_idx == d && h.k == k_ && h.m == m_ && h.write_id == e.write_id && h.value_len == e.value_len) {
+      chunks[d] = std::move(*r);
+      valid |= 1u << d;
+    }
+  }
+  auto set_mask = [&](uint32_t mask) {
+    std::lock_guard lock(mu_);
+    auto it = catalog_.find(key);
+    if (it != catalog_.end() && it->second.write_id == e.write_id) it->second.mask = mask;
+  };
+  if (std::popcount(valid) < static_cast<int>(k_)) {
+    if (down != 0) return RepairResult::kSkipped;  // a down domain may still hold what we lack
+    LADLE_LOG_WARN("kvcache.block_unrecoverable key={} valid_chunks={} k={}", key.Hex(), std::popcount(valid), k_);
+    {
+      std::lock_guard lock(mu_);
+      auto it = catalog_.find(key);
+      if (it != catalog_.end() && it->second.write_id == e.write_id) catalog_.erase(it);
+    }
+    RemoveEverywhere(key);
+    return RepairResult::kUnrecoverable;
+  }
+  uint32_t want = ((n_ == 32) ? ~0u : ((1u << n_) - 1)) & ~down;
+  if ((valid & want) == want) {
+    set_mask(valid);
+    return RepairResult::kOk;
+  }
+  // Rebuild the value, re-encode every chunk, rewrite the missing ones.
+  std::vector<uint8_t> value(e.value_len);
+  if (!Reassemble(e.value_len, chunk_len, valid, chunks, value.data())) return RepairResult::kSkipped;
+  std::vector<uint8_t> plain(static_cast<size_t>(chunk_len) * n_, 0);
+  if (!value.empty()) std::memcpy(plain.data(), value.data(), value.size());
+  std::vector<uint8_t*> ptr(n_);
+  for (unsigned d = 0; d < n_; ++d) ptr[d] = plain.data() + static_cast<size_t>(d) * chunk_len;
+  codec_->Encode(chunk_len, ptr.data(), ptr.data() + k_);
+  ChunkHeader h;
+  h.key = key;
+  h.value_len = e.value_len;
+  h.write_ms = e.write_ms;
+  h.write_id = e.write_id;
+  h.has_parent = e.has_parent;
+  h.parent = e.has_parent ? e.parent : BlockKey{};
+  h.chunk_len = chunk_len;
+  h.depth = e.depth;
+  h.k = static_cast<uint8_t>(k_);
+  h.m = static_cast<uint8_t>(m_);
+  h.cls = e.cls;
+  uint32_t now_valid = valid;
+  IndexMeta meta = MetaOf(e);
+  for (unsigned d = 0; d < n_; ++d) {
+    if (!(want & (1u << d)) || (valid & (1u << d))) continue;
+    h.chunk_idx = static_cast<uint8_t>(d);
+    auto bytes = std::make_shared<std::vector<uint8_t>>(EncodeChunk(h, std::span<const uint8_t>(ptr[d], chunk_len)));
+    Status s = targets_[d]->WriteSync(ChunkWrite{key, bytes, meta});
+    if (s.ok()) {
+      now_valid |= 1u << d;
+      ++*rewritten;
+      ++repairs_;
+    } else {
+      LADLE_LOG_WARN("kvcache.repair_write_failed key={} domain={} error={}", key.Hex(), d, s.ToString());
+    }
+  }
+  set_mask(now_valid);
+  LADLE_LOG_INFO("kvcache.repaired key={} chunks={}", key.Hex(), std::popcount(now_valid & ~valid));
+  return RepairResult::kRepaired;
+}
+
+Result<KvStore::FsckReport> Store::Fsck() {
+  std::lock_guard gc(gc_mu_);
+  FlushTouches();
+  // Adopt chunk files the indexes lack (a crash between rename and index update).
+  for (unsigned d = 0; d < n_; ++d) {
+    if (IsDown(d)) continue;
+    targets_[d]->Scan([&](const BlockKey& key) {
+      if (targets_[d]->index().Get(key)) return;
+      auto r = targets_[d]->ReadSync(key);
+      if (!r.ok()) return;
+      auto dec = DecodeChunk(*r);
+      if (!dec.ok() || !(dec->header.key == key) || dec->header.chunk_idx != d || dec->header.k != k_ ||
+          dec->header.m != m_) {
+        (void)targets_[d]->RemoveSync(key);  // garbage under a chunk's name
+        return;
+      }
+      const ChunkHeader& h = dec->header;
+      int64_t ttl = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        h.cls == TrafficClass::kAgent ? opt_.ttl_agent : opt_.ttl_chatbot).count();
+      IndexMeta m;
+      m.value_len = h.value_len;
+      m.write_ms = h.write_ms;
+      m.write_id = h.write_id;
+      m.expire_ms = h.write_ms + ttl;
+      m.last_read_ms = h.write_ms;
+      m.parent = h.parent;
+      m.has_parent = h.has_parent;
+      m.depth = h.depth;
+      m.cls = h.cls;
+      m.file_bytes = r->size();
+      if (!targets_[d]->index().Upsert(key, m, nullptr).ok()) return;
+      std::lock_guard lock(mu_);
+      Entry& e = catalog_[key];
+      if (e.mask != 0 && e.write_id != h.write_id) {
+        if (h.write_ms < e.write_ms) return;
+        e.mask = 0;
+      }
+      e.value_len = m.value_len;
+      e.write_ms = m.write_ms;
+      e.write_id = m.write_id;
+      e.expire_ms = m.expire_ms;
+      e.last_read_ms = std::max(e.last_read_ms, m.last_read_ms);
+      e.flushed_read_ms = e.last_read_ms;
+      e.parent = m.parent;
+      e.has_parent = m.has_parent;
+      e.depth = m.depth;
+      e.cls = m.cls;
+      e.mask |= 1u << d;
+    });
+  }
+  std::vector<BlockKey> keys;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [key, e] : catalog_) keys.push_back(key);
+  }
+  FsckReport report;
+  for (const BlockKey& key : keys) {
+    uint64_t rewritten = 0;
+    switch (RepairKey(key, &rewritten)) {
+      case RepairResult::kGone: continue;
+      case RepairResult::kOk: ++report.ok; break;
+      case RepairResult::kRepaired: ++report.repaired; break;
+      case RepairResult::kUnrecoverable: ++report.unrecoverable; break;
+      case RepairResult::kSkipped: ++report.unrecoverable; break;
+    }
+    ++report.objects;
+  }
+  return report;
+}
+
+}  // namespace ladle::kvcache
