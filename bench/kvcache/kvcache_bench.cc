@@ -25,6 +25,7 @@
 
 #include "bench_util.h"
 #include "codec_ref.h"
+#include "ladle/core/logging.h"
 #include "ladle/kvcache/kv_store.h"
 
 namespace ladle::bench {
@@ -48,7 +49,8 @@ struct Opts {
   bool fsync = false;
   bool drop_caches = false;
   bool keep = false;
-  size_t blocks = 0;  // 0: 256 quick, 2048 full
+  size_t blocks = 0;  // 0: 128 quick, 2048 full
+  int reps = 0;       // 0: 1 quick, 3 full
   std::vector<unsigned> depths{1, 8, 32};
 };
 
@@ -183,46 +185,60 @@ void Ratio(const std::string& what, double ours, double peer, double goal) {
 // --- fs vs fio ---------------------------------------------------------------------------------
 
 int FsSection(const Opts& o, size_t n, std::mt19937_64& rng) {
-  fmt::print("\n== fs vs fio: {} blocks of {} KiB, {} I/O{}, dir {}, load {}\n", n, kBlock / 1024,
-             o.direct ? "O_DIRECT" : "buffered", o.fsync ? ", fio fsync=1" : "", o.dir, LoadAvg());
+  fmt::print("\n== fs vs fio: {} blocks of {} KiB, {} I/O{}, best of {}, dir {}, load {}\n", n, kBlock / 1024,
+             o.direct ? "O_DIRECT" : "buffered", o.fsync ? ", fio fsync=1" : "", o.reps, o.dir, LoadAvg());
   fmt::print("{:<6} {:>3} | {:>9} {:>9} | {:>9} {:>9} | {:>6} {:>6} | {:>15} {:>15}\n", "op", "qd", "ours",
              "ours-bat", "fio-1file", "fio-nfile", "/fio1", "/fioN", "ours p50/p99 us", "fio1 p50/p99 us");
   Payloads p(8, kBlock, rng);
   int bad = 0;
+  auto keep_best = [](RunResult& best, RunResult r) {
+    if (best.lat_us.empty() || r.MBps() > best.MBps()) best = std::move(r);
+  };
   for (unsigned d : o.depths) {
     const std::string ours_dir = o.dir + fmt::format("/fs-qd{}", d);
-    Reset(ours_dir);
-    auto store = OpenStore("fs:" + ours_dir, d, o);
-    if (!store.ok()) {
-      fmt::print(stderr, "open fs:{}: {}\n", ours_dir, store.status().ToString());
-      return 1;
-    }
-    auto keys = RandomKeys(n, rng), keys_b = RandomKeys(n, rng);
-    GetCounts c1, c2;
-    RunResult w1 = PutLoop(**store, keys, p, d, 1);
-    RunResult wb = d > 1 ? PutLoop(**store, keys_b, p, 1, d) : w1;
-    DropCaches(o);
-    RunResult r1 = GetLoop(**store, keys, p, d, 1, false, &c1);
-    RunResult rb = d > 1 ? GetLoop(**store, keys_b, p, 1, d, false, &c2) : r1;
-    bad += static_cast<int>(w1.failures + wb.failures + c1.wrong + c1.errors + c1.misses + c2.wrong + c2.errors + c2.misses);
-    store->reset();
-
+    RunResult w1, wb, r1, rb;
     std::map<std::string, FioResult> fio;
-    for (bool per_block : {false, true}) {
-      const std::string fio_dir = o.dir + fmt::format("/fio{}-qd{}", per_block ? "n" : "1", d);
-      Reset(fio_dir);
-      for (const char* rw : {"write", "read"}) {
-        if (std::string(rw) == "read") DropCaches(o);
-        FioJob j{o.fio, fio_dir, rw, kBlock, d, n, per_block, o.direct, o.fsync && std::string(rw) == "write",
-                 o.drop_caches};
-        auto r = RunFio(j);
-        if (!r.ok()) {
-          fmt::print(stderr, "fio: {}\n", r.status().ToString());
-          return 1;
-        }
-        fio[fmt::format("{}{}", rw, per_block ? "N" : "1")] = *r;
+    // Ours and fio alternate, `reps` times each, and each side keeps its best run: on a shared
+    // machine the best run is the one least disturbed by the neighbours.
+    for (int rep = 0; rep < o.reps; ++rep) {
+      Reset(ours_dir);
+      auto store = OpenStore("fs:" + ours_dir, d, o);
+      if (!store.ok()) {
+        fmt::print(stderr, "open fs:{}: {}\n", ours_dir, store.status().ToString());
+        return 1;
       }
-      if (!o.keep) fs::remove_all(fio_dir);
+      auto keys = RandomKeys(n, rng), keys_b = RandomKeys(n, rng);
+      GetCounts c1, c2;
+      RunResult a = PutLoop(**store, keys, p, d, 1);
+      RunResult b = d > 1 ? PutLoop(**store, keys_b, p, 1, d) : a;
+      bad += static_cast<int>(a.failures + b.failures);
+      keep_best(w1, std::move(a));
+      keep_best(wb, std::move(b));
+      DropCaches(o);
+      a = GetLoop(**store, keys, p, d, 1, false, &c1);
+      b = d > 1 ? GetLoop(**store, keys_b, p, 1, d, false, &c2) : a;
+      bad += static_cast<int>(c1.wrong + c1.errors + c1.misses + (d > 1 ? c2.wrong + c2.errors + c2.misses : 0));
+      keep_best(r1, std::move(a));
+      keep_best(rb, std::move(b));
+      store->reset();
+
+      for (bool per_block : {false, true}) {
+        const std::string fio_dir = o.dir + fmt::format("/fio{}-qd{}", per_block ? "n" : "1", d);
+        Reset(fio_dir);
+        for (const char* rw : {"write", "read"}) {
+          if (std::string(rw) == "read") DropCaches(o);
+          FioJob j{o.fio, fio_dir, rw, kBlock, d, n, per_block, o.direct, o.fsync && std::string(rw) == "write",
+                   o.drop_caches};
+          auto r = RunFio(j);
+          if (!r.ok()) {
+            fmt::print(stderr, "fio: {}\n", r.status().ToString());
+            return 1;
+          }
+          FioResult& slot = fio[fmt::format("{}{}", rw, per_block ? "N" : "1")];
+          if (r->bw_bytes > slot.bw_bytes) slot = *r;
+        }
+        if (!o.keep) fs::remove_all(fio_dir);
+      }
     }
     if (!o.keep) fs::remove_all(ours_dir);
     auto row = [&](const char* op, const RunResult& a, const RunResult& b, const FioResult& f1, const FioResult& fn) {
@@ -275,15 +291,26 @@ int EcRun(const Opts& o, const std::string& base, size_t n, std::mt19937_64& rng
     std::string how = "moved away";
     if (down > 0) {
       store->reset();
-      // Domains 0, 1, 2 in turn: with chunk i on domain i these hold data chunks, so every read
-      // has to decode.
-      const std::string d = fmt::format("{}/d{}", base, down - 1);
+      // Each state starts from the written state: reads with domains down repair the lost
+      // chunks in the background, so a domain taken away in the previous state may be whole
+      // again. Restore every domain, then move away domains 0..down-1 together (with chunk i
+      // on domain i these hold data chunks, so every read decodes).
       std::error_code ec;
-      fs::rename(d, d + ".down", ec);
+      for (int i = 0; i < 12; ++i) {
+        const std::string d = fmt::format("{}/d{}", base, i);
+        if (fs::exists(d + ".down")) {
+          fs::remove_all(d, ec);
+          fs::rename(d + ".down", d, ec);
+        }
+      }
+      for (int i = 0; i < down; ++i) {
+        const std::string d = fmt::format("{}/d{}", base, i);
+        fs::rename(d, d + ".down", ec);
+      }
       store = OpenStore(uri, 32, o);
       if (!store.ok()) {
-        // A store that refuses a missing directory gets an empty one: the domain's data is gone either way.
-        fs::create_directories(d);
+        // A store that refuses a missing directory gets empty ones: the domains' data is gone either way.
+        for (int i = 0; i < down; ++i) fs::create_directories(fmt::format("{}/d{}", base, i));
         how = "emptied (Open refused the missing dir: " + store.status().ToString() + ")";
         store = OpenStore(uri, 32, o);
         if (!store.ok()) {
@@ -327,26 +354,41 @@ int EcSection(const Opts& o, size_t n, std::mt19937_64& rng) {
 int CodecSection(const Opts& o, size_t n, std::mt19937_64& rng) {
   fmt::print("\n== EC 10+2 coding: raw ISA-L ec_encode_data vs the store on tmpfs ({}), load {}\n", o.shm, LoadAvg());
   Payloads blocks(o.quick ? 32 : 128, kBlock, rng);
-  const CodecFigures raw = MeasureRawIsal(blocks.v, 10, 2, o.quick ? 0.3 : 1.0);
-  fmt::print("raw ISA-L   encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   chunk {} B   {}\n",
-             raw.encode_MBps, raw.decode_MBps, raw.chunk_len, raw.decode_exact ? "decode exact" : "DECODE WRONG");
-  bool exact = raw.decode_exact;
+  // Interleaved rounds, best of each: on a loaded machine a single window measures the
+  // neighbours as much as the coder; the best round of each side is the least disturbed one.
+  const int rounds = o.quick ? 3 : 7;
+  const double window = o.quick ? 0.1 : 0.3;
+  CodecFigures raw;
+  raw.decode_exact = true;
+  bool exact = true;
+  auto best = [](CodecFigures& b, const CodecFigures& f) {
+    b.encode_MBps = std::max(b.encode_MBps, f.encode_MBps);
+    b.decode_MBps = std::max(b.decode_MBps, f.decode_MBps);
+    b.chunk_len = f.chunk_len;
+  };
 #ifdef LADLE_BENCH_HAVE_EC_CODEC
-  // Interleave a second raw pass after the store's, so drift in machine load shows up as a
-  // raw-vs-raw spread rather than as a store-vs-raw ratio.
-  const CodecFigures lib = MeasureStoreCodec(blocks.v, 10, 2, raw.chunk_len, o.quick ? 0.3 : 1.0);
-  const CodecFigures raw2 = MeasureRawIsal(blocks.v, 10, 2, o.quick ? 0.3 : 1.0);
-  fmt::print("store codec encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   (kvcache::EcCodec)   {}\n",
-             lib.encode_MBps, lib.decode_MBps, lib.decode_exact ? "decode exact" : "DECODE WRONG");
-  fmt::print("raw ISA-L   encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   (second pass)\n",
-             raw2.encode_MBps, raw2.decode_MBps);
-  const double raw_enc = (raw.encode_MBps + raw2.encode_MBps) / 2, raw_dec = (raw.decode_MBps + raw2.decode_MBps) / 2;
+  CodecFigures lib;
+#endif
+  for (int r = 0; r < rounds; ++r) {
+    const CodecFigures f = MeasureRawIsal(blocks.v, 10, 2, window);
+    exact = exact && f.decode_exact;
+    best(raw, f);
+#ifdef LADLE_BENCH_HAVE_EC_CODEC
+    const CodecFigures g = MeasureStoreCodec(blocks.v, 10, 2, f.chunk_len, window);
+    exact = exact && g.decode_exact;
+    best(lib, g);
+#endif
+  }
+  fmt::print("raw ISA-L   encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   chunk {} B, best of {}\n",
+             raw.encode_MBps, raw.decode_MBps, raw.chunk_len, rounds);
+  const double raw_enc = raw.encode_MBps, raw_dec = raw.decode_MBps;
+#ifdef LADLE_BENCH_HAVE_EC_CODEC
+  fmt::print("store codec encode {:>8.1f} MB/s   decode (2 data chunks lost) {:>8.1f} MB/s   kvcache::EcCodec, best of {}\n",
+             lib.encode_MBps, lib.decode_MBps, rounds);
   Ratio("ec encode: EcCodec / raw ISA-L MB/s", lib.encode_MBps, raw_enc, 0.90);
   Ratio("ec decode: EcCodec / raw ISA-L MB/s", lib.decode_MBps, raw_dec, 0.90);
-  exact = exact && lib.decode_exact;
-#else
-  const double raw_enc = raw.encode_MBps, raw_dec = raw.decode_MBps;
 #endif
+  fmt::print("decode {}\n", exact ? "exact in every round" : "WRONG in some round");
   // End to end: Put (split, encode, 12 chunk headers + CRC32C, 12 tmpfs writes) and Get with 2
   // data domains down (11-way read, decode). Not a coding ratio; it says what the rest costs.
   RunResult put, get2;
@@ -437,14 +479,18 @@ int main(int argc, char** argv) {
   app.add_option("--shm", o.shm, "tmpfs directory for the coding figures")->capture_default_str();
   app.add_option("--fio", o.fio, "fio binary")->capture_default_str();
   app.add_option("--only", o.only, "comma-separated sections: fs, ec, codec, match")->capture_default_str();
-  app.add_option("--blocks", o.blocks, "112 KiB blocks per run (default 256 quick, 2048 full)");
+  app.add_option("--blocks", o.blocks, "112 KiB blocks per run (default 128 quick, 2048 full)");
+  app.add_option("--reps", o.reps, "fs runs per side and depth, best kept (default 1 quick, 3 full)");
   app.add_option("--depths", o.depths, "queue depths for fs vs fio")->capture_default_str();
   app.add_flag("--direct", o.direct, "O_DIRECT for the store and fio (default buffered for both)");
   app.add_flag("--fsync", o.fsync, "fio writes with fsync=1 (for a store that syncs each block)");
   app.add_flag("--drop-caches", o.drop_caches, "drop the page cache before each read run (machine-wide!)");
   app.add_flag("--keep", o.keep, "keep the directories written");
   CLI11_PARSE(app, argc, argv);
-  const size_t n = o.blocks ? o.blocks : (o.quick ? 256 : 2048);
+  // Repairs and domain-down notices are logged per block at info; they would bury the table.
+  ladle::log::Init(ladle::log::Format::kText, spdlog::level::warn);
+  const size_t n = o.blocks ? o.blocks : (o.quick ? 128 : 2048);
+  if (o.reps <= 0) o.reps = o.quick ? 1 : 3;
   std::mt19937_64 rng(20261202);
   const auto t0 = Clock::now();
   char host[256] = {};
