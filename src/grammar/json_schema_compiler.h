@@ -78,6 +78,9 @@ class Compiler {
   Result<ExprId> ObjectGrammar(const Value& s, const std::string& path, int depth);
   Result<ExprId> CountedObject(const std::vector<ObjectProp>& props, ExprId extra, bool has_extra, uint64_t min_p,
                                uint64_t max_p, const std::string& path, int depth);
+  // kAny key order (json_schema_object.cc): subset states over the listed keys.
+  Result<ExprId> AnyOrderObject(const std::vector<ObjectProp>& props, ExprId extra, bool has_extra, uint64_t min_p,
+                                uint64_t max_p, const std::string& path, int depth);
   Result<ExprId> RegexContent(const std::string& pattern, const std::string& path);
   ExprId KeyNotIn(const std::vector<std::string>& names);
   bool EnumValueFits(const Value& v, const Value& s, const std::string& path);

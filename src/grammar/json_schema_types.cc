@@ -645,7 +645,8 @@ Result<ExprId> Compiler::ObjectGrammar(const Value& s, const std::string& path, 
     listed.emplace_back(r, std::move(sc));
     names.push_back(r);
   }
-  if (names.size() > 1) Approx(path + "/properties", "properties in schema order only");
+  const bool any_order = opts_.key_order == JsonSchemaOptions::KeyOrder::kAny;
+  if (!any_order && names.size() > 1) Approx(path + "/properties", "properties in schema order only");
 
   std::vector<ObjectProp> props;
   for (const auto& [name, schema] : listed) {
@@ -658,7 +659,8 @@ Result<ExprId> Compiler::ObjectGrammar(const Value& s, const std::string& path, 
     }
     // Big values become rules: the object grammar below shares sub-expressions, and a rule
     // keeps each value's automaton (and mask cache) single.
-    if (b_.num_exprs() - before > 24 && b_.expr(v).kind != ExprKind::kRuleRef) {
+    // In any order, every subset state refers to the value: always a rule there.
+    if ((b_.num_exprs() - before > 24 || (any_order && listed.size() > 1)) && b_.expr(v).kind != ExprKind::kRuleRef) {
       v = b_.Ref(b_.AddRule(path + "/properties/" + PointerEscape(name), v));
     }
     std::string q;
@@ -697,6 +699,7 @@ Result<ExprId> Compiler::ObjectGrammar(const Value& s, const std::string& path, 
   uint64_t min_p = Count(s.Find("minProperties")).value_or(0);
   uint64_t max_p = CountFloor(s.Find("maxProperties")).value_or(kUnbounded);
   if (min_p > max_p) return b_.Nothing();
+  if (any_order && !props.empty()) return AnyOrderObject(props, extra, has_extra, min_p, max_p, path, depth);
   ExprId sep = Sep(depth);
   ExprId tail = has_extra ? b_.Star(b_.Seq({sep, extra})) : b_.Empty();
   ExprId first = has_extra ? b_.Seq({extra, tail}) : b_.Nothing();

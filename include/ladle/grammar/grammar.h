@@ -183,6 +183,16 @@ struct JsonSchemaOptions {
   // Compile budget: a schema whose grammar would exceed this many IR nodes fails with
   // kResourceExhausted instead of growing without bound.
   size_t max_exprs = 1 << 20;
+  // Order of an object's keys. kAny (default): any order, as JSON objects are unordered —
+  // each listed key at most once, required ones present, unlisted keys anywhere between
+  // them. Exact up to 8 listed keys per object (the grammar tracks the set of keys used:
+  // 2^N states); beyond that, or past a state budget, any order within consecutive groups
+  // of listed keys in schema order, reported as an approximation (a restriction, never a
+  // loosening). kSchema: the schema's `properties` order, then required names not in
+  // `properties`, then unlisted keys — the smaller grammar, reported on every object with
+  // two or more listed names. docs/json_schema.md, "Property order".
+  enum class KeyOrder : uint8_t { kAny, kSchema };
+  KeyOrder key_order = KeyOrder::kAny;
 };
 Result<ExprId> AddJsonSchema(GrammarBuilder& b, const json::Value& schema,
                              const JsonSchemaOptions& opts, CompileReport* report);
