@@ -54,6 +54,7 @@ struct KvOpts {
   double high_watermark = 0.90, low_watermark = 0.85;
   int64_t ttl_agent_s = 3 * 24 * 3600, ttl_chatbot_s = 7 * 24 * 3600;
   int64_t gc_interval_ms = 1000;
+  int64_t hedge_ms = 20, domain_timeout_ms = 500, down_for_ms = 10000;
   // Subcommand arguments.
   std::vector<std::string> keys;
   std::string in_path, out_path;
@@ -88,6 +89,9 @@ Result<std::unique_ptr<KvStore>> OpenStore(const KvOpts& o, bool gc_in_process) 
   so.ttl_agent = std::chrono::seconds(o.ttl_agent_s);
   so.ttl_chatbot = std::chrono::seconds(o.ttl_chatbot_s);
   so.gc_interval = std::chrono::milliseconds(o.gc_interval_ms);
+  so.hedge_after = std::chrono::milliseconds(o.hedge_ms);
+  so.domain_timeout = std::chrono::milliseconds(o.domain_timeout_ms);
+  so.down_for = std::chrono::milliseconds(o.down_for_ms);
   // One-shot commands must not start a GC worker that races the command and the storage
   // node's own `ladle kv gc --loop`; only the loop (and bench, which mimics a server) runs one.
   so.gc_in_process = gc_in_process;
@@ -439,6 +443,10 @@ void RegisterKv(CLI::App& app, RunFn* run) {
   kv->add_option("--ttl-agent", o->ttl_agent_s, "agent TTL in seconds")->capture_default_str();
   kv->add_option("--ttl-chatbot", o->ttl_chatbot_s, "chatbot TTL in seconds")->capture_default_str();
   kv->add_option("--interval-ms", o->gc_interval_ms, "GC pass interval")->capture_default_str();
+  kv->add_option("--hedge-ms", o->hedge_ms, "ec: ask the last domain too after this")->capture_default_str();
+  // A FUSE-mounted distributed FS on a busy node can take longer than the default per I/O.
+  kv->add_option("--domain-timeout-ms", o->domain_timeout_ms, "mark a domain down past this")->capture_default_str();
+  kv->add_option("--down-for-ms", o->down_for_ms, "how long a down domain is skipped")->capture_default_str();
 
   auto set = [run, o](int (*fn)(const KvOpts&)) { *run = [o, fn] { return fn(*o); }; };
   auto* put = kv->add_subcommand("put", "write stdin (or --in FILE) as the block KEYHEX");
