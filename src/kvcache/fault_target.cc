@@ -17,9 +17,9 @@ class FaultTarget final : public Target {
  public:
   FaultTarget(std::unique_ptr<Target> inner, std::shared_ptr<FaultControl> c) : inner_(std::move(inner)), c_(std::move(c)) {}
   ~FaultTarget() override {
-    // Inner first: its last completions still go through Later(), then delayed ones run now.
-    inner_.reset();
+    // Delayed operations start now (they need inner_), then inner_ drains and closes.
     timer_.Stop(/*run_pending=*/true);
+    inner_.reset();
     // Parked callbacks of a hung target answer now: nothing may wait on them past close.
     std::vector<std::function<void()>> parked;
     {
@@ -31,6 +31,7 @@ class FaultTarget final : public Target {
 
   const std::string& path() const override { return inner_->path(); }
   Index& index() override { return inner_->index(); }
+  Status Adopt(const BlockKey& key, const IndexMeta& meta) override { return inner_->Adopt(key, meta); }
   uint64_t used_bytes() const override { return inner_->used_bytes(); }
   uint64_t objects() const override { return inner_->objects(); }
   uint64_t capacity_bytes() const override { return inner_->capacity_bytes(); }
@@ -40,12 +41,15 @@ class FaultTarget final : public Target {
   void ReadAsync(const BlockKey& key, ReadDone done) override {
     ++c_->reads;
     if (c_->dead) return Park([done] { done(Hung()); });
-    if (c_->eio) return Later([done] { done(IoError("kvcache fault: EIO")); });
-    auto c = c_;
-    inner_->ReadAsync(key, [this, c, done](Result<std::vector<uint8_t>> r) mutable {
-      if (r.ok() && c->corrupt_reads) Corrupt(*r);
-      auto shared = std::make_shared<Result<std::vector<uint8_t>>>(std::move(r));
-      Later([done, shared] { done(std::move(*shared)); });
+    // A slow target is slow to start: the file is opened after the delay, so an unlink in
+    // between is seen (that is what the read lease protects against).
+    Later([this, key, done] {
+      if (c_->eio) return done(IoError("kvcache fault: EIO"));
+      auto c = c_;
+      inner_->ReadAsync(key, [c, done](Result<std::vector<uint8_t>> r) mutable {
+        if (r.ok() && c->corrupt_reads) Corrupt(*r);
+        done(std::move(r));
+      });
     });
   }
   Result<std::vector<uint8_t>> ReadSync(const BlockKey& key) override {
@@ -59,8 +63,11 @@ class FaultTarget final : public Target {
   void WriteAsync(ChunkWrite w, StatusDone done) override {
     ++c_->writes;
     if (c_->dead) return Park([done] { done(Hung()); });
-    if (c_->enospc) return Later([done] { done(ErrnoStatus(ENOSPC, "kvcache fault")); });
-    inner_->WriteAsync(std::move(w), [this, done](Status s) { Later([done, s] { done(s); }); });
+    auto shared = std::make_shared<ChunkWrite>(std::move(w));
+    Later([this, shared, done] {
+      if (c_->enospc) return done(ErrnoStatus(ENOSPC, "kvcache fault"));
+      inner_->WriteAsync(std::move(*shared), done);
+    });
   }
   Status WriteSync(const ChunkWrite& w) override {
     ++c_->writes;
@@ -70,7 +77,7 @@ class FaultTarget final : public Target {
   }
   void RemoveAsync(const BlockKey& key, StatusDone done) override {
     if (c_->dead) return Park([done] { done(Hung()); });
-    inner_->RemoveAsync(key, [this, done](Status s) { Later([done, s] { done(s); }); });
+    inner_->RemoveAsync(key, done);
   }
   Status RemoveSync(const BlockKey& key) override {
     if (c_->dead) return Hung();

@@ -187,8 +187,12 @@ class FsTarget final : public Target {
     }
     IndexMeta meta = w.meta;
     meta.file_bytes = bytes.size();
+    return Adopt(w.key, meta);
+  }
+
+  Status Adopt(const BlockKey& key, const IndexMeta& meta) override {
     std::optional<IndexMeta> old;
-    LADLE_RETURN_IF_ERROR(index_->Upsert(w.key, meta, &old));
+    LADLE_RETURN_IF_ERROR(index_->Upsert(key, meta, &old));
     used_ += meta.file_bytes;
     if (old) {
       used_ -= old->file_bytes;

@@ -176,8 +176,8 @@ void Index::ForEach(const std::function<void(const BlockKey&, const IndexMeta&)>
   }
 }
 
-std::vector<BlockKey> Index::Lru(std::string* cursor, size_t n) {
-  std::vector<BlockKey> out;
+std::vector<std::pair<BlockKey, int64_t>> Index::Lru(std::string* cursor, size_t n) {
+  std::vector<std::pair<BlockKey, int64_t>> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   if (cursor->empty()) {
     it->Seek("l");
@@ -187,7 +187,9 @@ std::vector<BlockKey> Index::Lru(std::string* cursor, size_t n) {
   }
   for (; it->Valid() && it->key().starts_with("l") && out.size() < n; it->Next()) {
     if (it->key().size() != 1 + 8 + 4 + 16) continue;
-    out.push_back(KeyAt(it->key(), 13));
+    uint64_t ordered = 0;
+    for (int i = 0; i < 8; ++i) ordered = (ordered << 8) | static_cast<uint8_t>(it->key()[1 + i]);
+    out.emplace_back(KeyAt(it->key(), 13), static_cast<int64_t>(ordered ^ (1ULL << 63)));
     *cursor = it->key().ToString();
   }
   return out;

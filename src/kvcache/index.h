@@ -50,8 +50,9 @@ class Index {
   Status Touch(const std::vector<std::pair<BlockKey, int64_t>>& reads);
   std::optional<IndexMeta> Get(const BlockKey& key);
   void ForEach(const std::function<void(const BlockKey&, const IndexMeta&)>& fn);
-  // Up to n keys in LRU order after `*cursor` (an "l" entry; empty = from the start); advances it.
-  std::vector<BlockKey> Lru(std::string* cursor, size_t n);
+  // Up to n (key, last_read_ms) in LRU order after `*cursor` (an "l" entry; empty = from the
+  // start); advances it.
+  std::vector<std::pair<BlockKey, int64_t>> Lru(std::string* cursor, size_t n);
   // Up to n keys whose expiry is <= now, soonest first.
   std::vector<BlockKey> Expired(int64_t now_ms, size_t n);
 

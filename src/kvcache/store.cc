@@ -170,6 +170,7 @@ void Store::TouchLocked(const BlockKey& key, int64_t now) {
     auto it = catalog_.find(cur);
     if (it == catalog_.end() || it->second.last_read_ms >= now) return;
     it->second.last_read_ms = now;
+    it->second.seq = ++change_seq_;
     dirty_.push_back(cur);
     if (!it->second.has_parent) return;
     cur = it->second.parent;
@@ -178,6 +179,10 @@ void Store::TouchLocked(const BlockKey& key, int64_t now) {
 
 void Store::ReleaseLease(const BlockKey& key) {
   std::lock_guard lock(mu_);
+  ReleaseLeaseLocked(key);
+}
+
+void Store::ReleaseLeaseLocked(const BlockKey& key) {
   auto it = leases_.find(key);
   LADLE_CHECK(it != leases_.end() && it->second > 0);
   if (--it->second == 0) leases_.erase(it);
@@ -208,6 +213,7 @@ struct PutBatch {
   std::vector<Status> statuses;
   size_t remaining = 0;
   KvStore::PutDone done;
+  std::function<void()> release;  // the batch's leases: one chain, released together
   void Finish(size_t i, Status s) {
     bool last;
     {
@@ -215,7 +221,9 @@ struct PutBatch {
       statuses[i] = std::move(s);
       last = --remaining == 0;
     }
-    if (last) RunDone("put", [&] { done(std::move(statuses)); });
+    if (!last) return;
+    if (release) release();
+    RunDone("put", [&] { done(std::move(statuses)); });
   }
 };
 
@@ -249,6 +257,15 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
   std::vector<Entry> entries(keys.size());
   {
     std::lock_guard lock(mu_);
+    // A Put leases its keys until it completes: GC must not evict a parent whose child is
+    // being written (the child would land orphaned).
+    for (const BlockKey& key : keys) ++leases_[key];
+    // Released when the whole batch is done: a parent written first must not be evicted while
+    // its children are still in flight (they are not in the catalog yet to protect it).
+    batch->release = [this, leased = std::vector<BlockKey>(keys.begin(), keys.end())] {
+      std::lock_guard lock(mu_);
+      for (const BlockKey& key : leased) ReleaseLeaseLocked(key);
+    };
     for (size_t i = 0; i < keys.size(); ++i) {
       Entry& e = entries[i];
       e.value_len = values[i].size();
@@ -314,22 +331,32 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
     auto finish = [this, batch](const std::shared_ptr<PutKey>& p) {
       // Caller holds p->mu and has set p->finished.
       Status s;
-      if (std::popcount(p->ok) >= static_cast<int>(k_)) {
+      bool stored = std::popcount(p->ok) >= static_cast<int>(k_);
+      {
         std::lock_guard lock(mu_);
-        Entry e = p->entry;
-        e.mask = p->ok;
-        e.flushed_read_ms = e.last_read_ms;
-        catalog_[p->key] = e;
-        if (e.has_parent) TouchLocked(e.parent, e.last_read_ms);
-        ++puts_;
-      } else {
+        if (stored) {
+          Entry e = p->entry;
+          e.mask = p->ok;
+          e.flushed_read_ms = e.last_read_ms;  // what the targets' index upserts wrote
+          e.seq = ++change_seq_;
+          // A rewrite never lowers the last-read time (reads during the Put raised it and its
+          // ancestors'): lowering it would put a child behind its parent in GC order.
+          auto old = catalog_.find(p->key);
+          if (old != catalog_.end() && old->second.last_read_ms > e.last_read_ms) {
+            e.last_read_ms = old->second.last_read_ms;
+            dirty_.push_back(p->key);
+          }
+          catalog_[p->key] = e;
+          if (e.has_parent) TouchLocked(e.parent, e.last_read_ms);
+          ++puts_;
+        } else if (n_ > 1) {
+          // Too few chunks to read back: drop the block (what was written would mix with nothing).
+          catalog_.erase(p->key);
+        }
+      }
+      if (!stored) {
         s = p->first_error.ok() ? Status(StatusCode::kUnavailable, "kvcache put: too few domains up") : p->first_error;
         if (n_ > 1) {
-          // Too few chunks to read back: drop the block (what was written would mix with nothing).
-          {
-            std::lock_guard lock(mu_);
-            catalog_.erase(p->key);
-          }
           for (unsigned d = 0; d < n_; ++d) {
             if (p->ok & (1u << d)) targets_[d]->RemoveAsync(p->key, [](Status) {});
           }

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -57,6 +58,7 @@ class Store final : public KvStore {
     uint32_t depth = 0;
     TrafficClass cls = TrafficClass::kChatbot;
     uint32_t mask = 0;  // domains holding a chunk of this write
+    uint64_t seq = 0;   // change_seq_ at the entry's last write or read
   };
 
  private:
@@ -77,6 +79,7 @@ class Store final : public KvStore {
   // Raises last_read of `key` and its recorded ancestors to `now`. Caller holds mu_.
   void TouchLocked(const BlockKey& key, int64_t now);
   void ReleaseLease(const BlockKey& key);
+  void ReleaseLeaseLocked(const BlockKey& key);
 
   // store_read.cc
   void StartRead(std::shared_ptr<GetKey> g);
@@ -96,7 +99,9 @@ class Store final : public KvStore {
   RepairResult RepairKey(const BlockKey& key, uint64_t* chunks_rewritten);
   uint64_t GcPass();
   void FlushTouches();
-  bool EvictIfIdle(const BlockKey& key, bool honour_fresh);
+  // Evicts unless leased or, when `seen_read_ms` is given, read after that time (the order
+  // GC walks may be older than the catalog).
+  bool EvictIfIdle(const BlockKey& key, std::optional<int64_t> seen_read_ms, uint64_t seen_seq = UINT64_MAX);
   double MaxUsedRatio() const;
   void RemoveEverywhere(const BlockKey& key);
 
@@ -115,6 +120,7 @@ class Store final : public KvStore {
   std::unordered_map<BlockKey, Entry, KeyHash> catalog_;
   std::unordered_map<BlockKey, uint32_t, KeyHash> leases_;
   std::vector<BlockKey> dirty_;
+  uint64_t change_seq_ = 0;  // bumped by every catalog write or touch (GC skips what changed)
 
   std::atomic<uint64_t> hits_{0}, misses_{0}, puts_{0}, evictions_{0}, repairs_{0}, corrupt_{0};
   std::atomic<bool> maint_healthy_{true};

@@ -112,19 +112,45 @@ void Store::RemoveEverywhere(const BlockKey& key) {
   }
 }
 
-bool Store::EvictIfIdle(const BlockKey& key, bool honour_fresh) {
+bool Store::EvictIfIdle(const BlockKey& key, std::optional<int64_t> seen_read_ms, uint64_t seen_seq) {
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    unsigned left = 0;
+  };
+  auto pending = std::make_shared<Pending>();
   {
     std::lock_guard lock(mu_);
-    if (leases_.count(key) != 0) return false;  // a read is in flight: never under its feet
+    if (leases_.count(key) != 0) return false;  // a read or put is in flight: never under its feet
     auto it = catalog_.find(key);
     if (it != catalog_.end()) {
-      // Read since the order GC walks was written: it is not the least recently read any more.
-      if (honour_fresh && it->second.last_read_ms > it->second.flushed_read_ms) return false;
+      // Read or rewritten since the order GC walks was taken: not the least recently read now.
+      if (it->second.seq > seen_seq) return false;
+      if (seen_read_ms && (it->second.last_read_ms > it->second.flushed_read_ms || it->second.last_read_ms > *seen_read_ms)) {
+        return false;
+      }
       catalog_.erase(it);
     }
+    // Queued under mu_: a Put of this key that starts after us (it leases under mu_) queues its
+    // writes behind these removes on each target's writer, so it never loses its new file.
+    for (unsigned d = 0; d < n_; ++d) {
+      if (IsDown(d)) continue;
+      {
+        std::lock_guard pl(pending->mu);
+        ++pending->left;
+      }
+      targets_[d]->RemoveAsync(key, [pending, this, key, d](Status s) {
+        if (!s.ok()) LADLE_LOG_WARN("kvcache.remove_failed key={} path={} error={}", key.Hex(), targets_[d]->path(), s.ToString());
+        std::lock_guard pl(pending->mu);
+        --pending->left;
+        pending->cv.notify_all();
+      });
+    }
   }
-  // Out of the catalog first: a Get that starts now misses instead of racing the unlink.
-  RemoveEverywhere(key);
+  std::unique_lock pl(pending->mu);
+  if (!pending->cv.wait_for(pl, opt_.domain_timeout * 2, [&] { return pending->left == 0; })) {
+    LADLE_LOG_WARN("kvcache.evict_slow key={} pending_removes={}", key.Hex(), pending->left);
+  }
   ++evictions_;
   return true;
 }
@@ -147,7 +173,7 @@ uint64_t Store::GcPass() {
     std::vector<BlockKey> batch = index.Expired(now, 256);
     uint64_t removed = 0;
     for (const BlockKey& key : batch) {
-      if (EvictIfIdle(key, /*honour_fresh=*/false)) ++removed;
+      if (EvictIfIdle(key, std::nullopt)) ++removed;
     }
     evicted += removed;
     if (removed == 0 || batch.size() < 256) break;
@@ -157,12 +183,17 @@ uint64_t Store::GcPass() {
     std::string cursor;
     std::unordered_set<BlockKey, KeyHash> keep;  // ancestors of blocks we had to skip
     while (MaxUsedRatio() > opt_.low_watermark) {
-      std::vector<BlockKey> batch = index.Lru(&cursor, 256);
+      uint64_t seen_seq;
+      {
+        std::lock_guard lock(mu_);
+        seen_seq = change_seq_;
+      }
+      auto batch = index.Lru(&cursor, 256);
       if (batch.empty()) break;
-      for (const BlockKey& key : batch) {
+      for (const auto& [key, read_ms] : batch) {
         if (MaxUsedRatio() <= opt_.low_watermark) break;
         if (keep.count(key)) continue;
-        if (EvictIfIdle(key, /*honour_fresh=*/true)) {
+        if (EvictIfIdle(key, read_ms, seen_seq)) {
           ++evicted;
           continue;
         }
@@ -195,9 +226,9 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
     if (it == catalog_.end()) return RepairResult::kGone;
     e = it->second;
   }
-  uint32_t chunk_len = ChunkLenFor(e.value_len, k_);
   std::vector<std::vector<uint8_t>> chunks(n_);
-  uint32_t valid = 0, down = 0;
+  std::vector<ChunkHeader> headers(n_);
+  uint32_t decoded = 0, down = 0;
   for (unsigned d = 0; d < n_; ++d) {
     if (IsDown(d)) {
       down |= 1u << d;
@@ -211,11 +242,61 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
       continue;
     }
     const ChunkHeader& h = dec->header;
-    if (h.key == key && h.chunk_idx == d && h.k == k_ && h.m == m_ && h.write_id == e.write_id && h.value_len == e.value_len) {
+    if (h.key == key && h.chunk_idx == d && h.k == k_ && h.m == m_) {
+      headers[d] = h;
       chunks[d] = std::move(*r);
-      valid |= 1u << d;
+      decoded |= 1u << d;
     }
   }
+  auto write_mask = [&](uint64_t write_id) {
+    uint32_t mask = 0;
+    for (unsigned d = 0; d < n_; ++d) {
+      if ((decoded & (1u << d)) && headers[d].write_id == write_id) mask |= 1u << d;
+    }
+    return mask;
+  };
+  uint32_t valid = write_mask(e.write_id);
+  // A newer complete write than the index knows (killed between rename and index update):
+  // the files are the truth, adopt it.
+  for (unsigned d = 0; d < n_; ++d) {
+    if (!(decoded & (1u << d)) || headers[d].write_id == e.write_id || headers[d].write_ms < e.write_ms) continue;
+    uint32_t mask = write_mask(headers[d].write_id);
+    if (std::popcount(mask) < static_cast<int>(k_)) continue;
+    const ChunkHeader& h = headers[d];
+    int64_t ttl = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      h.cls == TrafficClass::kAgent ? opt_.ttl_agent : opt_.ttl_chatbot).count();
+    e.value_len = h.value_len;
+    e.write_ms = h.write_ms;
+    e.write_id = h.write_id;
+    e.expire_ms = h.write_ms + ttl;
+    e.has_parent = h.has_parent;
+    e.parent = h.parent;
+    e.depth = h.depth;
+    e.cls = h.cls;
+    e.mask = mask;
+    for (unsigned x = 0; x < n_; ++x) {
+      if (!(mask & (1u << x))) continue;
+      IndexMeta meta = MetaOf(e);
+      meta.file_bytes = chunks[x].size();
+      (void)targets_[x]->Adopt(key, meta);
+    }
+    {
+      std::lock_guard lock(mu_);
+      auto it = catalog_.find(key);
+      if (it != catalog_.end()) {
+        e.last_read_ms = it->second.last_read_ms;
+        e.flushed_read_ms = it->second.flushed_read_ms;
+        it->second = e;
+      }
+    }
+    LADLE_LOG_INFO("kvcache.adopted_newer_write key={} chunks={}", key.Hex(), std::popcount(mask));
+    valid = mask;
+    break;
+  }
+  for (unsigned d = 0; d < n_; ++d) {
+    if ((decoded & ~valid) & (1u << d)) chunks[d].clear();  // another write's chunk: rewritten below
+  }
+  uint32_t chunk_len = ChunkLenFor(e.value_len, k_);
   auto set_mask = [&](uint32_t mask) {
     std::lock_guard lock(mu_);
     auto it = catalog_.find(key);
@@ -307,7 +388,7 @@ Result<KvStore::FsckReport> Store::Fsck() {
       m.depth = h.depth;
       m.cls = h.cls;
       m.file_bytes = r->size();
-      if (!targets_[d]->index().Upsert(key, m, nullptr).ok()) return;
+      if (!targets_[d]->Adopt(key, m).ok()) return;
       std::lock_guard lock(mu_);
       Entry& e = catalog_[key];
       if (e.mask != 0 && e.write_id != h.write_id) {

@@ -47,6 +47,8 @@ class Target {
   // Unlinks the file and its index entry; absent is OK.
   virtual void RemoveAsync(const BlockKey& key, StatusDone done) = 0;
   virtual Status RemoveSync(const BlockKey& key) = 0;
+  // Records an existing chunk file in the index (fsck adoption), keeping the counters right.
+  virtual Status Adopt(const BlockKey& key, const IndexMeta& meta) = 0;
   virtual Index& index() = 0;
   virtual uint64_t used_bytes() const = 0;
   virtual uint64_t objects() const = 0;

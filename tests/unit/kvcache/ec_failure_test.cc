@@ -1,0 +1,197 @@
+// ec:10+2 failure domains: any 2 domains deleted / truncated / bit-flipped still read back
+// exactly; a third lost domain gives clean misses; hung domains are hedged around; a FIFO in
+// place of a chunk is a bad chunk, not a hang; fsck rewrites what was lost.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fault_target.h"
+#include "object_format.h"
+#include "test_util.h"
+
+namespace kvtest {
+namespace {
+
+constexpr unsigned kK = 10, kM = 2;
+
+std::vector<BlockKey> PutBlocks(KvStore& s, size_t n) {
+  std::vector<BlockKey> keys;
+  for (size_t i = 0; i < n; ++i) {
+    BlockKey key = testing_values::KeyFor(5000 + i);
+    keys.push_back(key);
+    size_t len = (i * 7919 + 8) % (130 * 1024) + 8;
+    if (i == 0) len = 8;
+    EXPECT_TRUE(PutOne(s, key, testing_values::ValueFor(key, len)).ok());
+  }
+  return keys;
+}
+
+// Every key reads back exactly what was written.
+void ExpectExact(KvStore& s, const std::vector<BlockKey>& keys, const std::string& what) {
+  std::vector<std::vector<uint8_t>> outs(keys.size(), std::vector<uint8_t>(140 * 1024));
+  std::vector<MutableBuffer> bufs;
+  for (auto& o : outs) bufs.push_back({o.data(), o.size()});
+  auto rs = s.GetSync(keys, bufs);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(rs[i].ok()) << what << " key " << i << ": " << rs[i].status().ToString();
+    EXPECT_TRUE(testing_values::IsValueOf(keys[i], outs[i].data(), *rs[i])) << what << " key " << i;
+  }
+}
+
+enum class Damage { kDelete, kTruncate, kFlip };
+
+void DamageDomain(const TempDir& t, unsigned d, const std::vector<BlockKey>& keys, Damage how) {
+  for (const BlockKey& key : keys) {
+    std::string p = ChunkPath(t.Sub("d" + std::to_string(d)), key);
+    switch (how) {
+      case Damage::kDelete:
+        std::filesystem::remove(p);
+        break;
+      case Damage::kTruncate:
+        std::filesystem::resize_file(p, std::filesystem::file_size(p) / 2);
+        break;
+      case Damage::kFlip: {
+        std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(static_cast<std::streamoff>(std::filesystem::file_size(p) - 5));
+        char c;
+        f.get(c);
+        f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(p) - 5));
+        f.put(static_cast<char>(c ^ 0x10));
+        break;
+      }
+    }
+  }
+}
+
+bool AllChunksValid(const TempDir& t, const std::vector<BlockKey>& keys) {
+  for (unsigned d = 0; d < kK + kM; ++d) {
+    for (const BlockKey& key : keys) {
+      std::ifstream f(ChunkPath(t.Sub("d" + std::to_string(d)), key), std::ios::binary);
+      std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (!DecodeChunk(bytes).ok()) return false;
+    }
+  }
+  return true;
+}
+
+TEST(KvEcFailure, AnyTwoDomainsDamagedReadExactThenFsckRepairs) {
+  TempDir t;
+  StoreOptions o;
+  o.gc_in_process = false;
+  auto store = KvStore::Open(EcUri(t, kK, kM), o);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  auto keys = PutBlocks(s, 12);
+  struct Round {
+    unsigned a, b;
+    Damage da, db;
+  } rounds[] = {{0, 5, Damage::kDelete, Damage::kDelete},   {2, 11, Damage::kTruncate, Damage::kTruncate},
+                {10, 11, Damage::kFlip, Damage::kFlip},     {8, 9, Damage::kDelete, Damage::kFlip},
+                {0, 1, Damage::kFlip, Damage::kTruncate},   {4, 10, Damage::kTruncate, Damage::kDelete}};
+  for (const Round& r : rounds) {
+    std::string what = "domains " + std::to_string(r.a) + "," + std::to_string(r.b);
+    DamageDomain(t, r.a, keys, r.da);
+    DamageDomain(t, r.b, keys, r.db);
+    ExpectExact(s, keys, what);
+    auto rep = s.Fsck();
+    ASSERT_TRUE(rep.ok());
+    EXPECT_EQ(rep->objects, keys.size()) << what;
+    EXPECT_EQ(rep->unrecoverable, 0u) << what;
+    EXPECT_TRUE(AllChunksValid(t, keys)) << what;
+  }
+  EXPECT_GT(s.Stat().repairs, 0u);
+  EXPECT_GT(s.Stat().corrupt, 0u);
+}
+
+TEST(KvEcFailure, ThreeDomainsLostAreCleanMisses) {
+  TempDir t;
+  StoreOptions o;
+  o.gc_in_process = false;
+  auto store = KvStore::Open(EcUri(t, kK, kM), o);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  auto keys = PutBlocks(s, 6);
+  DamageDomain(t, 1, keys, Damage::kDelete);
+  DamageDomain(t, 6, keys, Damage::kFlip);
+  DamageDomain(t, 11, keys, Damage::kTruncate);
+  std::vector<std::vector<uint8_t>> outs(keys.size(), std::vector<uint8_t>(140 * 1024));
+  std::vector<MutableBuffer> bufs;
+  for (auto& o2 : outs) bufs.push_back({o2.data(), o2.size()});
+  auto rs = s.GetSync(keys, bufs);
+  for (auto& r : rs) EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+  // The misses schedule repairs, which find the blocks unrecoverable and drop them: Match follows.
+  EXPECT_TRUE(WaitFor([&] { return *s.MatchSync(keys) == 0; }));
+  EXPECT_EQ(*s.MatchSync(keys), 0u);
+}
+
+TEST(KvEcFailure, HungDomainsAreHedgedAround) {
+  TempDir t;
+  StoreOptions o;
+  o.hedge_after = std::chrono::milliseconds(20);
+  o.domain_timeout = std::chrono::milliseconds(3000);
+  o.gc_in_process = false;
+  std::string tag = "hang-" + std::to_string(::getpid());
+  auto uri = EcUri(t, kK, kM, [&](unsigned d, const std::string& dir) {
+    return (d == 3 || d == 7) ? "fault:" + tag + std::to_string(d) + ":" + dir : dir;
+  });
+  auto store = KvStore::Open(uri, o);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  auto keys = PutBlocks(s, 8);
+  auto c3 = FaultControl::Named(tag + "3"), c7 = FaultControl::Named(tag + "7");
+  c3->dead = true;
+  c7->dead = true;
+  auto start = std::chrono::steady_clock::now();
+  ExpectExact(s, keys, "two domains hung");
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  // Well inside domain_timeout: the 12th domain was asked after hedge_after, not after a timeout.
+  EXPECT_LT(ms, 1500) << "reads waited on the hung domains";
+  EXPECT_GT(c3->reads.load(), 0u);
+  c3->Reset();
+  c7->Reset();
+}
+
+TEST(KvEcFailure, FifoInPlaceOfAChunkIsABadChunk) {
+  TempDir t;
+  StoreOptions o;
+  o.gc_in_process = false;
+  auto store = KvStore::Open(EcUri(t, kK, kM), o);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  auto keys = PutBlocks(s, 3);
+  for (const BlockKey& key : keys) {
+    std::string p = ChunkPath(t.Sub("d4"), key);
+    std::filesystem::remove(p);
+    ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+  }
+  auto start = std::chrono::steady_clock::now();
+  ExpectExact(s, keys, "fifo in domain 4");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
+}
+
+TEST(KvEcFailure, FailingDomainIsMarkedDownAndSkipped) {
+  TempDir t;
+  StoreOptions o;
+  o.gc_in_process = false;
+  std::string name = "eio-" + std::to_string(::getpid());
+  auto uri = EcUri(t, kK, kM, [&](unsigned d, const std::string& dir) { return d == 2 ? "fault:" + name + ":" + dir : dir; });
+  auto store = KvStore::Open(uri, o);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  auto keys = PutBlocks(s, 4);
+  auto c = FaultControl::Named(name);
+  c->eio = true;
+  ExpectExact(s, keys, "EIO on domain 2");
+  EXPECT_TRUE(s.Stat().targets[2].down);
+  uint64_t reads = c->reads;
+  ExpectExact(s, keys, "domain 2 down");
+  EXPECT_EQ(c->reads.load(), reads) << "a down domain is skipped";
+  c->Reset();
+}
+
+}  // namespace
+}  // namespace kvtest
