@@ -67,8 +67,10 @@ class TimerThread {
         cv_.wait(lock);
         continue;
       }
-      if (queue_.top().when > Clock::now()) {
-        cv_.wait_until(lock, queue_.top().when);
+      // A copy: wait_until keeps reading its argument while pushes may reallocate the heap.
+      Clock::time_point when = queue_.top().when;
+      if (when > Clock::now()) {
+        cv_.wait_until(lock, when);
         continue;
       }
       std::function<void()> fn = std::move(const_cast<Item&>(queue_.top()).fn);
