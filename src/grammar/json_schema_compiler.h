@@ -103,6 +103,7 @@ class Compiler {
   std::map<std::pair<uint32_t, uint32_t>, ExprId> length_rules_;
   std::map<std::pair<bool, std::vector<uint32_t>>, ExprId> diverge_rules_;
   ExprId key_tail_ = -1;
+  uint64_t order_states_ = 0;  // subset states spent on any-order objects (json_schema_object.cc)
   bool ref_overrides_ = false;  // drafts 3-7: siblings of $ref are ignored
 };
 
