@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ladle::grammar;
   if (size > 8192) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto g = EbnfGrammar(text);
+  auto g = fuzz::Bounded("ebnf_fuzz", "EbnfGrammar", 5.0, [&] { return EbnfGrammar(text); });
   if (!g.ok()) {
     const ladle::Status st = g.status();
     const auto code = st.code();

@@ -16,8 +16,10 @@
 // known mask bug); LADLE_FUZZ_SKIP_MATCHER=1 leaves out the automaton altogether.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -78,6 +80,25 @@ inline std::string Show(const std::vector<Symbol>& s) {
   return out;
 }
 
+// Runs a front-end or compile call and asserts the class of property issue 12 asks for: it
+// returns (a value or a Status) instead of throwing, and within `limit_s` seconds. The bound is
+// a hang detector, far above the budgets (a 100 ms compile budget, inputs of a few KiB), not a
+// speed test: sanitizers and a loaded machine stay well inside it.
+template <typename F>
+auto Bounded(const char* target, const char* what, double limit_s, F&& fn) -> decltype(fn()) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    auto r = fn();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > limit_s) Fail(target, std::string(what) + " took " + std::to_string(s) + " s (bound " + std::to_string(limit_s) + " s)");
+    return r;
+  } catch (const std::exception& e) {
+    Fail(target, std::string(what) + " threw: " + e.what());
+  } catch (...) {
+    Fail(target, std::string(what) + " threw a non-standard exception");
+  }
+}
+
 // Feeds one symbol to the matcher: a byte by AcceptString, the fuzz special token by id;
 // nullopt (not comparable) for a special token the vocabulary does not have, or once the
 // matcher gave up on a grammar too ambiguous for its stack limit (an explicit error, which is
@@ -113,7 +134,7 @@ inline void CheckGrammar(const char* target, const Grammar& g, uint64_t seed) {
   static const bool skip_mask = std::getenv("LADLE_FUZZ_SKIP_MASK") != nullptr;
   static const bool skip_matcher = std::getenv("LADLE_FUZZ_SKIP_MATCHER") != nullptr;
   auto cg = skip_matcher ? Result<std::shared_ptr<const CompiledGrammar>>(Status(StatusCode::kCancelled, "skipped"))
-                         : CompiledGrammar::Compile(g, Vocab(), copts);
+                         : Bounded(target, "Compile", 5.0, [&] { return CompiledGrammar::Compile(g, Vocab(), copts); });
 
   for (int round = 0; round < 2; ++round) {
     auto sentence = RandomSentence(g, seed + static_cast<uint64_t>(round), 64, 24);

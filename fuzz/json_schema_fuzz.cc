@@ -66,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opts.max_whitespace = 2;
   opts.max_exprs = 1 << 16;
   CompileReport report;
-  auto g = JsonSchemaGrammar(*schema, opts, &report);
+  auto g = fuzz::Bounded("json_schema_fuzz", "JsonSchemaGrammar", 5.0, [&] { return JsonSchemaGrammar(*schema, opts, &report); });
   if (!g.ok()) return 0;
   if (g->exprs.size() > opts.max_exprs + 64) {
     fuzz::Fail("json_schema_fuzz", "grammar has " + std::to_string(g->exprs.size()) + " nodes, budget " +

@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t seed = 1469598103934665603ull;
   for (size_t i = 0; i < size; ++i) seed = (seed ^ data[i]) * 1099511628211ull;
   for (bool search : {false, true}) {
-    auto g = RegexGrammar(pattern, RegexOptions{.search = search});
+    auto g = fuzz::Bounded("regex_fuzz", "RegexGrammar", 5.0, [&] { return RegexGrammar(pattern, RegexOptions{.search = search}); });
     if (!g.ok()) {
       const auto code = g.status().code();
       if (code != ladle::StatusCode::kParseError && code != ladle::StatusCode::kUnsupported &&

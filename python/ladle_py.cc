@@ -46,6 +46,7 @@ PyObject* ExceptionTypeFor(StatusCode code) {
     case StatusCode::kParseError:
     case StatusCode::kFailedPrecondition:
     case StatusCode::kAlreadyExists:
+    case StatusCode::kPayloadTooLarge:
       return PyExc_ValueError;
     case StatusCode::kNotFound:
       return PyExc_FileNotFoundError;
@@ -59,6 +60,7 @@ PyObject* ExceptionTypeFor(StatusCode code) {
     case StatusCode::kDeadlineExceeded:
       return PyExc_TimeoutError;
     case StatusCode::kResourceExhausted:
+    case StatusCode::kOverloaded:
     case StatusCode::kCancelled:
     case StatusCode::kUnavailable:
     case StatusCode::kDataLoss:

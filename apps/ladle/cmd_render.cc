@@ -30,7 +30,7 @@ struct RenderOpts {
 // they are reported in the protocol's own error shape.
 void PrintProtocolError(frontend::Api api, const Status& status) {
   frontend::ApiError e;
-  e.http_status = HttpStatusFor(status.code());
+  e.status = status.code();
   e.message = status.message();
   std::cerr << frontend::ErrorJson(api, e) << "\n";
 }

@@ -32,7 +32,8 @@ struct ServeOpts {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string config_file;
-  std::string served_model_name = "ladle";
+  std::vector<std::string> served_model_names{"ladle"};
+  int64_t max_model_len = 65536;
   std::string model_version = "v3.2";
   std::string model;  // weights folder; empty: built-in seeded model
   std::string model_config;  // config.json for the built-in seeded model (e.g. a tiny one for load tests)
@@ -40,6 +41,11 @@ struct ServeOpts {
   std::string api_key_file;
   int max_queue = 256;
   int default_max_tokens = 256;
+  int max_tokens_cap = 0;
+  double eos_logit_bias = 0;
+  int64_t response_store_ttl_s = 3600;
+  int64_t response_store_entries = 4096;
+  int64_t response_store_mb = 256;
   int64_t max_body_bytes = 32 << 20;
   int io_threads = 2;
   int64_t drain_deadline_ms = 30000;
@@ -55,6 +61,7 @@ struct ServeOpts {
   int grammar_cache_entries = 512;
   int64_t grammar_cache_mb = 1024;
   int grammar_compile_ms = 2000;
+  int64_t grammar_deadline_ms = 0;
   std::string grammar_whitespace = "bounded";
   bool no_grammar_budget = false;
 };
@@ -147,6 +154,8 @@ int RunServe(const ServeOpts& opts) {
   ec.async_scheduling = !opts.no_async;
   ec.eos_id = frontend::SpecialTokensFor(*version).eos;
   ec.shutdown_deadline_ms = opts.drain_deadline_ms;
+  ec.max_model_len = opts.max_model_len;
+  ec.eos_logit_bias = static_cast<float>(opts.eos_logit_bias);
   auto eng = engine::CreateEngine(ec, std::move(model).value(), *version_tok);
   if (!eng.ok()) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(eng.status().ToString()));
@@ -156,10 +165,30 @@ int RunServe(const ServeOpts& opts) {
   server::ServerConfig sc;
   sc.host = opts.host;
   sc.port = static_cast<uint16_t>(opts.port);
-  sc.served_model_name = opts.served_model_name;
+  // The first name is the one /v1/models lists first; the rest are aliases (a comma list or
+  // the flag repeated, as vLLM's --served-model-name takes several).
+  sc.served_model_name.clear();
+  for (const auto& name : opts.served_model_names) {
+    if (name.empty()) continue;
+    if (sc.served_model_name.empty()) {
+      sc.served_model_name = name;
+    } else {
+      sc.model_aliases.push_back(name);
+    }
+  }
+  if (sc.served_model_name.empty()) {
+    LADLE_LOG_ERROR("serve.failed error='--served-model-name needs a name'");
+    return 2;
+  }
+  // The context limit clients see: the engine's model length, and no more than the KV pool holds.
+  sc.max_model_len = std::min<int64_t>(ec.max_model_len, int64_t{ec.num_blocks} * model_config.block_size);
   sc.version = *version;
   sc.limits.max_body_bytes = static_cast<size_t>(opts.max_body_bytes);
   sc.default_max_tokens = opts.default_max_tokens;
+  sc.max_tokens_cap = opts.max_tokens_cap;
+  sc.response_store_ttl_s = opts.response_store_ttl_s;
+  sc.response_store_entries = static_cast<size_t>(opts.response_store_entries);
+  sc.response_store_bytes = static_cast<size_t>(opts.response_store_mb) << 20;
   sc.max_queue = opts.max_queue;
   sc.drain_deadline_ms = opts.drain_deadline_ms;
   sc.io_threads = opts.io_threads;
@@ -171,6 +200,7 @@ int RunServe(const ServeOpts& opts) {
   sc.grammar_service.compile.max_compile_ms = static_cast<uint32_t>(opts.grammar_compile_ms);
   sc.grammar_service.worker_timeout_ms = static_cast<uint32_t>(opts.grammar_compile_ms) + 5000;
   sc.grammar_budget_aware = !opts.no_grammar_budget;
+  sc.grammar_deadline_ms = opts.grammar_deadline_ms;
   sc.grammar_whitespace = opts.grammar_whitespace == "compact" ? grammar::JsonSchemaOptions::Whitespace::kCompact
                           : opts.grammar_whitespace == "pretty" ? grammar::JsonSchemaOptions::Whitespace::kPretty
                                                                 : grammar::JsonSchemaOptions::Whitespace::kBounded;
@@ -199,7 +229,11 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_option("--config", opts->config_file, "JSON file with any of these flags as keys");
   cmd->add_option("--host", opts->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", opts->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--served-model-name", opts->served_model_name, "the model name clients must use")->capture_default_str();
+  cmd->add_option("--served-model-name", opts->served_model_names,
+                  "the model name clients use; several (comma-separated or repeated) are aliases")
+      ->capture_default_str()->delimiter(',');
+  cmd->add_option("--max-model-len", opts->max_model_len, "context limit in tokens (prompt + output)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--model-version", opts->model_version, "prompt encoder: v3, r1, v3.1, v3.2, v4")->capture_default_str();
   cmd->add_option("--model", opts->model, "weights folder (config.json + *.safetensors); default: built-in");
   cmd->add_option("--model-config", opts->model_config,
@@ -208,6 +242,19 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_option("--api-key-file", opts->api_key_file, "file with one API key per line (plus $LADLE_API_KEYS)");
   cmd->add_option("--max-queue", opts->max_queue, "generation requests held at once before 429/529")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--default-max-tokens", opts->default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
+  cmd->add_option("--response-store-ttl-s", opts->response_store_ttl_s,
+                  "Responses API store: seconds a stored response stays resolvable (0: off)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--response-store-entries", opts->response_store_entries, "Responses API store: responses kept")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--response-store-mb", opts->response_store_mb, "Responses API store: memory bound")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--eos-logit-bias", opts->eos_logit_bias,
+                  "added to the end-of-sentence logit (random-weight test/demo models, so answers end)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens-cap", opts->max_tokens_cap,
+                  "at most this many output tokens per request whatever it asks (0: no cap; for demo/test models)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", opts->max_body_bytes, "largest request body")->capture_default_str();
   cmd->add_option("--io-threads", opts->io_threads, "HTTP threads")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--drain-deadline-ms", opts->drain_deadline_ms, "SIGTERM: how long in-flight requests may finish")->capture_default_str();
@@ -223,6 +270,8 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_option("--grammar-cache-entries", opts->grammar_cache_entries, "compiled grammars kept (LRU)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--grammar-cache-mb", opts->grammar_cache_mb, "memory bound of the grammar cache")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--grammar-compile-ms", opts->grammar_compile_ms, "compile time budget per grammar")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--grammar-deadline-ms", opts->grammar_deadline_ms,
+                  "longest wait of a request for its grammar (0: compile budget + 10 s)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--grammar-whitespace", opts->grammar_whitespace, "JSON whitespace: bounded, compact or pretty")
       ->capture_default_str()->check(CLI::IsMember({"bounded", "compact", "pretty"}));
   cmd->add_flag("--no-grammar-budget", opts->no_grammar_budget,

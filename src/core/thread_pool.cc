@@ -1,6 +1,9 @@
 #include "ladle/core/thread_pool.h"
 
+#include "ladle/core/logging.h"
+
 #include <atomic>
+#include <exception>
 #include <cstdlib>
 #include <memory>
 #include <algorithm>
@@ -41,8 +44,31 @@ void ThreadPool::WorkerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    job();
+    // Submit's packaged_task already carries a job's exception to its future, and ParallelFor
+    // rethrows its items' in the caller; this catch is the last line for anything else, so a
+    // throwing job costs a log line, never the worker thread (std::terminate) or the process.
+    try {
+      job();
+    } catch (const std::exception& e) {
+      LADLE_LOG_ERROR("thread_pool.job_threw what='{}'", e.what());
+    } catch (...) {
+      LADLE_LOG_ERROR("thread_pool.job_threw what='(not a std::exception)'");
+    }
   }
+}
+
+void ThreadPool::SubmitStatus(std::function<Status()> fn, std::function<void(Status)> done) {
+  Enqueue([fn = std::move(fn), done = std::move(done)] {
+    Status s;
+    try {
+      s = fn();
+    } catch (const std::exception& e) {
+      s = Internal(std::string("pool task threw: ") + e.what());
+    } catch (...) {
+      s = Internal("pool task threw a non-standard exception");
+    }
+    done(std::move(s));
+  });
 }
 
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn, size_t max_threads) {
@@ -57,13 +83,19 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn, si
     std::atomic<size_t> done{0};
     std::mutex mu;
     std::condition_variable cv;
+    std::exception_ptr error;  // the first item's exception, rethrown in the caller
   };
   auto st = std::make_shared<State>();
   auto run = [st, n, &fn] {
     for (;;) {
       size_t i = st->next.fetch_add(1);
       if (i >= n) return;
-      fn(i);
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(st->mu);
+        if (!st->error) st->error = std::current_exception();
+      }
       if (st->done.fetch_add(1) + 1 == n) {
         std::lock_guard<std::mutex> lock(st->mu);
         st->cv.notify_all();
@@ -78,6 +110,9 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn, si
   run();
   std::unique_lock<std::mutex> lock(st->mu);
   st->cv.wait(lock, [&] { return st->done.load() == n; });
+  // Every item ran (an item that threw does not stop the others), so nothing still references
+  // `fn` when the caller sees the exception.
+  if (st->error) std::rethrow_exception(st->error);
 }
 
 ThreadPool& SharedPool() {

@@ -336,6 +336,9 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
             ++row;
             DevSeq& d = *e.dev;
             const uint64_t* mask = d.mask ? d.mask_bits.data() : nullptr;
+            if (config_.eos_logit_bias != 0.0f && !d.params.ignore_eos && config_.eos_id < logits.size()) {
+              logits[config_.eos_id] += config_.eos_logit_bias;
+            }
             e.result = SampleToken(logits, d.params, &d.sampler, mask, valid_vocab_);
             if (d.mask) d.mask->Accept(d.index, e.result.token);
             d.last_token = e.result.token;

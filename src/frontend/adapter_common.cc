@@ -153,9 +153,9 @@ ApiError ErrTooLong(const Ctx& ctx, const Path& path, size_t max, size_t got) {
               "array_above_max_length");
 }
 
-ApiError ErrRequest(const Ctx& ctx, std::string message, int http_status) {
+ApiError ErrRequest(const Ctx& ctx, std::string message, StatusCode status) {
   ApiError e;
-  e.http_status = http_status;
+  e.status = status;
   e.message = std::move(message);
   return e;
 }
@@ -167,7 +167,7 @@ Check ParseBody(const Ctx& ctx, std::string_view body, json::Value* out) {
     ApiError e = ErrRequest(ctx,
                             fmt::format("Request body of {} bytes exceeds the maximum of {} bytes.",
                                         body.size(), ctx.limits.max_body_bytes),
-                            413);
+                            StatusCode::kPayloadTooLarge);
     if (ctx.anthropic()) {
       e.type = "request_too_large";
     } else {

@@ -105,7 +105,7 @@ ApiError ErrUnsupported(const Ctx& ctx, const Path& path, std::string_view detai
 // An array longer than `max` (code array_above_max_length), naming the limit.
 ApiError ErrTooLong(const Ctx& ctx, const Path& path, size_t max, size_t got);
 // An error about the request as a whole (no param).
-ApiError ErrRequest(const Ctx& ctx, std::string message, int http_status = 400);
+ApiError ErrRequest(const Ctx& ctx, std::string message, StatusCode status = StatusCode::kInvalidArgument);
 
 // "an integer", "a decimal number", "a string", "a boolean", "an array", "an object", "null".
 std::string_view DescribeType(const json::Value& v);

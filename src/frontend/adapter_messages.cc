@@ -19,10 +19,15 @@
 //     model cannot read back, so it is dropped. content_null is set for an assistant turn whose
 //     content is an array without text blocks (Chat's "content": null with tool calls).
 //   * system: a string or text blocks, one leading system message; an empty system is none.
+//     A message with role "system" inside `messages` (the API accepts them mid-conversation)
+//     ends the current turn and becomes a system message at its position.
 //   * top_k of 0 means "off" (stored as not set). Tool types other than "custom" (Anthropic's
-//     server tools: bash, text_editor, web_search, computer, ...) are a 400, as are document,
+//     server tools: bash, text_editor, web_search, computer, ...) are dropped and reported in
+//     Request::dropped_tools (a tool_choice naming one is a 400: unknown tool); document,
 //     search_result and file-source images, and a non-empty mcp_servers.
-//   * thinking.budget_tokens must be >= 1024 and < max_tokens. The temperature/top_p limits
+//   * thinking.budget_tokens must be >= 1024 and < max_tokens; {"type":"adaptive"} turns
+//     thinking on with no budget. output_config.format / output_format json_schema becomes a
+//     JSON Schema constraint (native structured output). The temperature/top_p limits
 //     Claude imposes while thinking are Claude's, not the protocol's, and are not applied.
 //   * Errors use Anthropic's shape: no param field, so the message starts with the dotted path
 //     ("messages.1.content.0.text: Field required").
@@ -204,6 +209,8 @@ void FlushTurn(Turn* turn, std::vector<Message>* out) {
   }
 }
 
+Check ParseSystemText(const Ctx& ctx, const json::Value* system, const Path& sp, Message* out);
+
 Check ParseMessages(const Ctx& ctx, const json::Value& messages, const Path& msp, Request* req) {
   std::optional<Turn> turn;
   const auto& items = messages.as_array();
@@ -216,9 +223,18 @@ Check ParseMessages(const Ctx& ctx, const json::Value& messages, const Path& msp
     const std::string* role = nullptr;
     const Path rp = mp.Field("role");
     if (role_value->is_string() && role_value->as_string() == "system") {
-      return ErrValue(ctx, rp,
-                      "messages cannot have role 'system'; use the top-level 'system' parameter for a "
-                      "system prompt.");
+      // The Messages API takes system messages inside the conversation too (Claude Code sends
+      // them mid-conversation): one ends the current turn and stays at its position.
+      if (turn.has_value()) {
+        FlushTurn(&*turn, &req->messages);
+        turn.reset();
+      }
+      const json::Value* content = nullptr;
+      LADLE_ADAPT_TRY(ReqField(ctx, msg, "content", mp, &content));
+      Message sys;
+      LADLE_ADAPT_TRY(ParseSystemText(ctx, content, mp.Field("content"), &sys));
+      if (!sys.content.empty()) req->messages.push_back(std::move(sys));
+      continue;
     }
     LADLE_ADAPT_TRY(ExpectEnum(ctx, *role_value, rp, {"user", "assistant"}, &role));
     const bool is_user = *role == "user";
@@ -250,11 +266,10 @@ Check ParseMessages(const Ctx& ctx, const json::Value& messages, const Path& msp
   return {};
 }
 
-Check ParseSystem(const Ctx& ctx, const json::Value& body, const Path& root, Request* req) {
-  const json::Value* system = Get(body, "system");
-  if (system == nullptr) return {};
-  const Path sp = root.Field("system");
-  Message m;
+// A system prompt's text: a string or an array of text blocks (cache_control and other block
+// fields are accepted and have no effect here).
+Check ParseSystemText(const Ctx& ctx, const json::Value* system, const Path& sp, Message* out) {
+  Message& m = *out;
   m.role = Role::kSystem;
   if (system->is_string()) {
     AddText(&m, system->as_string());
@@ -274,6 +289,14 @@ Check ParseSystem(const Ctx& ctx, const json::Value& body, const Path& root, Req
   } else {
     return ErrType(ctx, sp, "a string or an array of text blocks", *system);
   }
+  return {};
+}
+
+Check ParseSystem(const Ctx& ctx, const json::Value& body, const Path& root, Request* req) {
+  const json::Value* system = Get(body, "system");
+  if (system == nullptr) return {};
+  Message m;
+  LADLE_ADAPT_TRY(ParseSystemText(ctx, system, root.Field("system"), &m));
   if (!m.content.empty()) req->messages.push_back(std::move(m));
   return {};
 }
@@ -284,20 +307,25 @@ Check ParseTools(const Ctx& ctx, const json::Value& body, const Path& root, Requ
   if (tools == nullptr) return {};
   const Path tsp = root.Field("tools");
   LADLE_ADAPT_TRY(CheckLength(ctx, *tools, tsp, ctx.limits.max_tools, false));
-  req->tools.resize(tools->as_array().size());
-  for (size_t i = 0; i < req->tools.size(); ++i) {
+  req->tools.reserve(tools->as_array().size());
+  for (size_t i = 0; i < tools->as_array().size(); ++i) {
     const Path tp = tsp.Index(i);
     const json::Value& t = tools->as_array()[i];
     LADLE_ADAPT_TRY(ExpectObject(ctx, t, tp));
     const std::string* type = nullptr;
     LADLE_ADAPT_TRY(OptString(ctx, t, "type", tp, &type));
     if (type != nullptr && *type != "custom") {
-      return ErrUnsupported(ctx, tp.Field("type"),
-                            fmt::format("server tools ('{}') are not supported; define custom tools with "
-                                        "name, description and input_schema.",
-                                        *type));
+      // A server tool (web_search_20250305, bash_20250124, ...) runs on Anthropic's side, which
+      // this server is not: declared-but-unusable tools are dropped (and named in a response
+      // header), so agents that always declare them still work. Forcing one is a 400 below.
+      const std::string* name = nullptr;
+      LADLE_ADAPT_TRY(OptString(ctx, t, "name", tp, &name));
+      req->dropped_tools.push_back(name != nullptr ? *name : *type);
+      continue;
     }
-    LADLE_ADAPT_TRY(ParseFunctionTool(ctx, t, tp, "input_schema", true, &req->tools[i]));
+    Tool tool;
+    LADLE_ADAPT_TRY(ParseFunctionTool(ctx, t, tp, "input_schema", true, &tool));
+    req->tools.push_back(std::move(tool));
   }
   return CheckToolSet(ctx, req->tools, tsp);
 }
@@ -339,8 +367,18 @@ Check ParseThinking(const Ctx& ctx, const json::Value& body, const Path& root, R
   const json::Value* type_value = nullptr;
   LADLE_ADAPT_TRY(ReqField(ctx, *thinking, "type", tp, &type_value));
   const std::string* type = nullptr;
-  LADLE_ADAPT_TRY(ExpectEnum(ctx, *type_value, tp.Field("type"), {"enabled", "disabled"}, &type));
+  LADLE_ADAPT_TRY(ExpectEnum(ctx, *type_value, tp.Field("type"), {"enabled", "disabled", "adaptive"}, &type));
   if (*type == "disabled") return {};
+  if (*type == "adaptive") {
+    // The model decides how much to think: thinking on, no budget (budget_tokens is optional).
+    req->thinking.enabled = true;
+    if (Get(*thinking, "budget_tokens") != nullptr) {
+      int64_t budget = 0;
+      LADLE_ADAPT_TRY(ReqInt(ctx, *thinking, "budget_tokens", tp, 1, std::numeric_limits<int64_t>::max(), &budget));
+      req->thinking.budget_tokens = budget;
+    }
+    return {};
+  }
   int64_t budget = 0;
   LADLE_ADAPT_TRY(ReqInt(ctx, *thinking, "budget_tokens", tp, 1024, std::numeric_limits<int64_t>::max(), &budget));
   const int64_t max_tokens = req->sampling.max_tokens.value_or(0);
@@ -350,6 +388,38 @@ Check ParseThinking(const Ctx& ctx, const json::Value& body, const Path& root, R
   }
   req->thinking.enabled = true;
   req->thinking.budget_tokens = budget;
+  return {};
+}
+
+// Anthropic's native structured output: output_config.format (GA) or output_format (the beta),
+// {"type":"json_schema","schema":{...}}. Honoured as a JSON Schema constraint, never ignored.
+Check ParseOutputFormat(const Ctx& ctx, const json::Value& body, const Path& root, Request* req) {
+  const json::Value* format = nullptr;
+  const Path cp = root.Field("output_config");
+  const Path cfp = cp.Field("format");
+  const Path ofp = root.Field("output_format");
+  const Path* fp = &ofp;
+  const json::Value* config = nullptr;
+  LADLE_ADAPT_TRY(OptObject(ctx, body, "output_config", root, &config));
+  if (config != nullptr) {
+    LADLE_ADAPT_TRY(OptObject(ctx, *config, "format", cp, &format));
+    if (format != nullptr) fp = &cfp;
+    const json::Value* effort = Get(*config, "effort");
+    if (effort != nullptr && effort->is_string()) req->thinking.effort = effort->as_string();
+  }
+  if (format == nullptr) LADLE_ADAPT_TRY(OptObject(ctx, body, "output_format", root, &format));
+  if (format == nullptr) return {};
+  const json::Value* type_value = nullptr;
+  LADLE_ADAPT_TRY(ReqField(ctx, *format, "type", *fp, &type_value));
+  const std::string* type = nullptr;
+  const Path tp = fp->Field("type");
+  LADLE_ADAPT_TRY(ExpectEnum(ctx, *type_value, tp, {"json_schema"}, &type));
+  const json::Value* schema = nullptr;
+  LADLE_ADAPT_TRY(ReqObject(ctx, *format, "schema", *fp, &schema));
+  req->response_format.kind = ResponseFormat::Kind::kJsonSchema;
+  req->response_format.name = "output";
+  req->response_format.schema = *schema;
+  req->response_format.strict = true;
   return {};
 }
 
@@ -375,6 +445,7 @@ Check AdaptMessagesBody(const Ctx& ctx, const json::Value& body, Request* req) {
   LADLE_ADAPT_TRY(ParseTools(ctx, body, root, req));
   LADLE_ADAPT_TRY(ParseToolChoice(ctx, body, root, req));
   LADLE_ADAPT_TRY(ParseThinking(ctx, body, root, req));
+  LADLE_ADAPT_TRY(ParseOutputFormat(ctx, body, root, req));
 
   const json::Value* mcp = nullptr;
   LADLE_ADAPT_TRY(OptArray(ctx, body, "mcp_servers", root, &mcp));

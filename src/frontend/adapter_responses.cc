@@ -1,10 +1,15 @@
 // OpenAI Responses request → Request.
 //
-// This server keeps no state between requests, so everything that needs stored responses is a
-// 400 naming the parameter: previous_response_id, conversation, prompt (stored prompt
-// templates), item_reference input items, and image file_id references. `store` defaults to
-// true at OpenAI, so an absent store is fine (nothing is stored; the response says so by not
-// being retrievable) and only an explicit "store": true is rejected; "background": true too.
+// The adapter itself keeps no state. `ladle serve` keeps recent responses (store, on by
+// default) and rewrites item_reference items and previous_response_id into the stored items
+// before the adapter runs (src/server/response_store.h); what reaches here unresolved is a 400
+// naming the parameter: item_reference input items, previous_response_id, conversation, prompt
+// (stored prompt templates) and image file_id references; "background": true too.
+//
+// Tools: function tools; namespace tools are flattened into their function tools; hosted tools
+// (web_search, file_search, mcp, local_shell, custom, ...) are dropped into
+// Request::dropped_tools (the server names them in x-ladle-dropped-tools), and a tool_choice
+// that forces one is a 400.
 //
 // How items become messages (tested in adapter_responses_test.cc):
 //   * `instructions` (when non-empty) becomes a leading system message, before any input item.
@@ -271,18 +276,50 @@ Check ParseTools(const Ctx& ctx, const json::Value& body, const Path& root, Requ
   if (tools == nullptr) return {};
   const Path tsp = root.Field("tools");
   LADLE_ADAPT_TRY(CheckLength(ctx, *tools, tsp, ctx.limits.max_tools, false));
-  req->tools.resize(tools->as_array().size());
-  for (size_t i = 0; i < req->tools.size(); ++i) {
+  req->tools.reserve(tools->as_array().size());
+  for (size_t i = 0; i < tools->as_array().size(); ++i) {
     const Path tp = tsp.Index(i);
     const json::Value& t = tools->as_array()[i];
     LADLE_ADAPT_TRY(ExpectObject(ctx, t, tp));
     const std::string* type = nullptr;
     LADLE_ADAPT_TRY(ReqString(ctx, t, "type", tp, &type));
-    if (*type != "function") {
-      return ErrUnsupported(ctx, tp.Field("type"),
-                            fmt::format("tools of type '{}' are not supported; only 'function' tools are.", *type));
+    if (*type == "function") {
+      Tool tool;
+      LADLE_ADAPT_TRY(ParseFunctionTool(ctx, t, tp, "parameters", false, &tool));
+      req->tools.push_back(std::move(tool));
+    } else if (*type == "namespace") {
+      // A group of function tools (Codex declares its sub-agent tools this way). The model sees
+      // them as plain function tools with their own names: the namespace only groups them.
+      const json::Value* inner = nullptr;
+      LADLE_ADAPT_TRY(ReqArray(ctx, t, "tools", tp, &inner));
+      const Path itp = tp.Field("tools");
+      LADLE_ADAPT_TRY(CheckLength(ctx, *inner, itp, ctx.limits.max_tools, false));
+      for (size_t j = 0; j < inner->as_array().size(); ++j) {
+        const Path jp = itp.Index(j);
+        const json::Value& f = inner->as_array()[j];
+        LADLE_ADAPT_TRY(ExpectObject(ctx, f, jp));
+        const std::string* ftype = nullptr;
+        LADLE_ADAPT_TRY(ReqString(ctx, f, "type", jp, &ftype));
+        if (*ftype != "function") {
+          req->dropped_tools.push_back(*ftype);
+          continue;
+        }
+        Tool tool;
+        LADLE_ADAPT_TRY(ParseFunctionTool(ctx, f, jp, "parameters", false, &tool));
+        req->tools.push_back(std::move(tool));
+      }
+    } else {
+      // Hosted tools (web_search, file_search, code_interpreter, computer_use_preview, mcp,
+      // image_generation, local_shell, custom, ...) run on OpenAI's side or need a grammar this
+      // server does not take: declared but unusable, they are dropped and named in the
+      // x-ladle-dropped-tools header; a tool_choice that forces one is a 400.
+      const std::string* name = nullptr;
+      if (Get(t, "name") != nullptr) LADLE_ADAPT_TRY(OptString(ctx, t, "name", tp, &name));
+      req->dropped_tools.push_back(name != nullptr ? *name : *type);
     }
-    LADLE_ADAPT_TRY(ParseFunctionTool(ctx, t, tp, "parameters", false, &req->tools[i]));
+    if (req->tools.size() > ctx.limits.max_tools) {
+      return ErrValue(ctx, tsp, fmt::format("at most {} tools are allowed (namespaces included).", ctx.limits.max_tools));
+    }
   }
   return CheckToolSet(ctx, req->tools, tsp);
 }
@@ -307,6 +344,7 @@ Check ParseToolChoice(const Ctx& ctx, const json::Value& v, const Path& p, ToolC
     return {};
   }
   if (*type != "allowed_tools") {
+    // {"type":"web_search"} and the other hosted tools: this server cannot run them.
     return ErrUnsupported(ctx, p.Field("type"),
                           fmt::format("tool_choice of type '{}' is not supported; use 'function' or "
                                       "'allowed_tools'.",
@@ -357,11 +395,9 @@ Check RejectStateful(const Ctx& ctx, const json::Value& body, const Path& root) 
                           "unsupported_parameter");
   }
   std::optional<bool> store, background;
+  // store (default true) is the server's business: `ladle serve` keeps recent responses in a
+  // bounded in-memory store so later item_reference items resolve (src/server/response_store.h).
   LADLE_ADAPT_TRY(OptBool(ctx, body, "store", root, &store));
-  if (store.value_or(false)) {
-    return ErrUnsupported(ctx, root.Field("store"),
-                          "storing responses is not supported yet; set 'store' to false or omit it.");
-  }
   LADLE_ADAPT_TRY(OptBool(ctx, body, "background", root, &background));
   if (background.value_or(false)) {
     return ErrUnsupported(ctx, root.Field("background"), "background responses are not supported yet.");

@@ -59,7 +59,7 @@ Adapted Adapt(Api api, std::string_view body, const Limits& limits) {
     case Api::kMessages: return AdaptMessages(body, limits);
   }
   Adapted out;
-  out.error.http_status = 500;
+  out.error.status = StatusCode::kInternal;
   out.error.type = "api_error";
   out.error.message = "unknown API";
   return out;

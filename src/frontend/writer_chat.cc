@@ -210,7 +210,7 @@ class ChatWriter final : public ResponseWriter {
       AppendOpenAiError(failure_message_, out);
       EndFrame(out);
     } else {
-      http_status_ = FailureHttpStatus(e.finish);
+      status_ = FailureStatus(e.finish);
     }
   }
 

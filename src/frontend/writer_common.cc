@@ -99,13 +99,13 @@ std::string FailureMessage(const Event& e) {
                                               : "The engine failed while generating the response.";
 }
 
-int FailureHttpStatus(FinishReason r) {
-  return r == FinishReason::kCancelled ? HttpStatusFor(StatusCode::kCancelled) : 500;
+StatusCode FailureStatus(FinishReason r) {
+  return r == FinishReason::kCancelled ? StatusCode::kCancelled : StatusCode::kInternal;
 }
 
 void AppendOpenAiError(std::string_view message, std::string* out) {
   ApiError e;
-  e.http_status = 500;
+  e.status = StatusCode::kInternal;
   e.type = "server_error";
   e.message = std::string(message);
   out->append(OpenAiErrorJson(e));
@@ -113,7 +113,7 @@ void AppendOpenAiError(std::string_view message, std::string* out) {
 
 void AppendAnthropicError(std::string_view message, std::string* out) {
   ApiError e;
-  e.http_status = 500;
+  e.status = StatusCode::kInternal;
   e.type = "api_error";
   e.message = std::string(message);
   out->append(AnthropicErrorJson(e));

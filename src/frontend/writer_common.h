@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ladle/core/status.h"
 #include "ladle/frontend/events.h"
 
 namespace ladle::frontend::writer_internal {
@@ -40,7 +41,7 @@ inline bool IsFailure(FinishReason r) { return r == FinishReason::kError || r ==
 // The message clients see for a failed finish: e.text, or a generic one.
 std::string FailureMessage(const Event& e);
 // 500 for kError, 499 for kCancelled (HttpStatusFor(StatusCode::kCancelled)).
-int FailureHttpStatus(FinishReason r);
+ladle::StatusCode FailureStatus(FinishReason r);
 
 // {"error":{"message":…,"type":"server_error","param":null,"code":null}} (OpenAiErrorJson)
 void AppendOpenAiError(std::string_view message, std::string* out);

@@ -238,7 +238,7 @@ class MessagesWriter final : public ResponseWriter {
       AppendAnthropicError(failure_message_, out);
       EndFrame(out);
     } else {
-      http_status_ = FailureHttpStatus(e.finish);
+      status_ = FailureStatus(e.finish);
     }
   }
 

@@ -80,7 +80,7 @@ class ResponsesWriter final : public ResponseWriter {
         if (e.malformed) malformed_ = true;
         if (IsFailure(e.finish)) {
           failure_message_ = FailureMessage(e);
-          if (!stream_) http_status_ = FailureHttpStatus(e.finish);
+          if (!stream_) status_ = FailureStatus(e.finish);
           return;  // the failed response object shows the open item as it stood
         }
         // Max tokens cut the open item short.
@@ -97,7 +97,7 @@ class ResponsesWriter final : public ResponseWriter {
       e.kind = Event::Kind::kFinish;
       e.finish = FinishReason::kError;
       failure_message_ = FailureMessage(e);
-      if (!stream_) http_status_ = FailureHttpStatus(finish_);
+      if (!stream_) status_ = FailureStatus(finish_);
     }
     const char* status = StatusName();
     if (!stream_) {
@@ -307,7 +307,8 @@ class ResponsesWriter final : public ResponseWriter {
     out->append(echo.parallel_tool_calls ? "true" : "false");
     out->append(",\"previous_response_id\":null,\"reasoning\":{\"effort\":");
     AppendQuotedOrNull(echo.reasoning_effort, out);
-    out->append(",\"summary\":null},\"store\":false,\"temperature\":");
+    out->append(meta_.echo.store ? ",\"summary\":null},\"store\":true,\"temperature\":"
+                                 : ",\"summary\":null},\"store\":false,\"temperature\":");
     AppendOptionalDouble(echo.temperature, out);
     out->append(",\"text\":");
     if (echo.text.is_null()) {

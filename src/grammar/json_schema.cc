@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "json_schema_compiler.h"
+#include "ladle/core/numbers.h"
 #include "ladle/grammar/grammar.h"
 #include "ladle/json/json.h"
 
@@ -374,7 +375,7 @@ Result<const Value*> Compiler::Resolve(const std::string& ref, const std::string
         dec += tok[i + 1] == '1' ? '/' : '~';
         ++i;
       } else if (tok[i] == '%' && i + 2 < tok.size() && isxdigit(tok[i + 1]) && isxdigit(tok[i + 2])) {
-        dec += static_cast<char>(std::stoi(tok.substr(i + 1, 2), nullptr, 16));
+        dec += static_cast<char>(*ParseU64(std::string_view(tok).substr(i + 1, 2), 16));  // two hex digits
         i += 2;
       } else {
         dec += tok[i];
@@ -382,9 +383,9 @@ Result<const Value*> Compiler::Resolve(const std::string& ref, const std::string
     }
     if (cur->is_object()) {
       cur = cur->Find(dec);
-    } else if (cur->is_array() && !dec.empty() && dec.find_first_not_of("0123456789") == std::string::npos &&
-               std::stoul(dec) < cur->as_array().size()) {
-      cur = &cur->as_array()[std::stoul(dec)];
+    } else if (auto idx = cur->is_array() ? ParseU64(dec) : std::nullopt; idx && *idx < cur->as_array().size()) {
+      // ParseU64, not std::stoul: an index past 2^64 is "does not resolve", not an exception.
+      cur = &cur->as_array()[*idx];
     } else {
       cur = nullptr;
     }

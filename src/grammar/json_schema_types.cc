@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "json_schema_compiler.h"
+#include "ladle/core/numbers.h"
 #include "reference_recognizer.h"
 #include "ladle/json/json.h"
 
@@ -20,7 +21,7 @@ std::optional<uint64_t> Count(const Value* v) {
   auto d = ParseDecimal(v->as_string());
   if (!d || d->negative) return std::nullopt;
   if (d->int_digits.size() > 9) return kUnbounded;
-  uint64_t n = std::stoull(d->int_digits);
+  uint64_t n = *ParseU64(d->int_digits);  // at most 9 digits
   // minLength 2.5 means at least 3; JSON Schema wants integers here anyway.
   if (!d->frac_digits.empty()) ++n;
   return n;
@@ -31,7 +32,7 @@ std::optional<uint64_t> CountFloor(const Value* v) {
   auto d = ParseDecimal(v->as_string());
   if (!d || d->negative) return 0;
   if (d->int_digits.size() > 9) return kUnbounded;
-  return std::stoull(d->int_digits);
+  return *ParseU64(d->int_digits);  // at most 9 digits
 }
 
 void AppendUtf8(uint32_t cp, std::string* out) {
@@ -345,12 +346,12 @@ Result<ExprId> Compiler::NumberGrammar(const Value& s, const std::string& path, 
                  d->frac_digits.find_first_not_of('0') == d->frac_digits.size() - 1;
     if (d->IsInteger() && d->int_digits != "1") {
       if (d->int_digits.size() > 6) return Unsupported(fmt::format("{}/multipleOf: divisor too large", path));
-      uint64_t k = std::stoull(d->int_digits);
+      uint64_t k = *ParseU64(d->int_digits);  // at most 6 digits
       if (!lo && !hi) return lex_.MultipleOf(k);
       // Bounded: list the multiples when there are few.
       auto as_int = [](const Bound& b, bool lower) -> std::optional<int64_t> {
         if (b.value.int_digits.size() > 15) return std::nullopt;
-        int64_t v = std::stoll(b.value.int_digits) * (b.value.negative ? -1 : 1);
+        int64_t v = *ParseI64(b.value.int_digits) * (b.value.negative ? -1 : 1);  // at most 15 digits
         bool frac = !b.value.frac_digits.empty();
         if (lower) {
           if (frac && !b.value.negative) ++v;

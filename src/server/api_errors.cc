@@ -32,10 +32,10 @@ std::string TypeFor(Api api, int http) {
 
 ApiError ErrorFor(Api api, const Status& status, std::string code) {
   ApiError e;
-  e.http_status = HttpStatusFor(status.code());
+  e.status = status.code();
   // Anthropic answers an overloaded server with 529, not 429 (its rate limits are per key).
-  if (api == Api::kMessages && status.code() == StatusCode::kResourceExhausted) e.http_status = 529;
-  e.type = TypeFor(api, e.http_status);
+  if (api == Api::kMessages && status.code() == StatusCode::kResourceExhausted) e.status = StatusCode::kOverloaded;
+  e.type = TypeFor(api, e.http_status());
   e.message = status.message();
   e.code = std::move(code);
   return e;

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ladle/core/numbers.h"
 #include "ladle/json/json.h"
 
 namespace ladle::server {
@@ -317,6 +318,7 @@ Result<std::vector<BenchRequest>> LoadTrace(const std::string& format, const std
     double first = -1;
     while ((limit == 0 || out.size() < limit) && std::getline(in, line)) {
       // "2023-11-16 18:15:46.6805900,374,44"
+      if (!line.empty() && line.back() == '\r') line.pop_back();
       const size_t c1 = line.find(','), c2 = line.find(',', c1 + 1);
       if (c1 == std::string::npos || c2 == std::string::npos) continue;
       std::tm tm{};
@@ -325,13 +327,16 @@ Result<std::vector<BenchRequest>> LoadTrace(const std::string& format, const std
       if (ts.fail()) return ParseError("bad timestamp in trace line: " + line);
       double frac = 0;
       const size_t dot = line.find('.');
-      if (dot != std::string::npos && dot < c1) frac = std::stod("0" + line.substr(dot, c1 - dot));
+      if (dot != std::string::npos && dot < c1) frac = ParseDouble("0" + line.substr(dot, c1 - dot)).value_or(0.0);
       const double t = static_cast<double>(timegm(&tm)) + frac;
       if (first < 0) first = t;
       BenchRequest r;
       r.arrival_s = t - first;
-      r.input_tokens = clamp(std::stoi(line.substr(c1 + 1, c2 - c1 - 1)), max_input);
-      r.output_tokens = clamp(std::stoi(line.substr(c2 + 1)), max_output);
+      auto in_tok = ParseI64(std::string_view(line).substr(c1 + 1, c2 - c1 - 1));
+      auto out_tok = ParseI64(std::string_view(line).substr(c2 + 1));
+      if (!in_tok || !out_tok || *in_tok > INT32_MAX || *out_tok > INT32_MAX) return ParseError("bad token counts in trace line: " + line);
+      r.input_tokens = clamp(static_cast<int>(*in_tok), max_input);
+      r.output_tokens = clamp(static_cast<int>(*out_tok), max_output);
       out.push_back(std::move(r));
     }
   } else {

@@ -32,6 +32,8 @@ ServerImpl::ServerImpl(ServerConfig config, engine::Engine* engine, tokenizer::T
     : config_(std::move(config)),
       engine_(engine),
       tok_(std::move(version_tok)),
+      responses_(ResponseStoreOptions{config_.response_store_entries, config_.response_store_bytes,
+                                      config_.response_store_ttl_s}),
       acceptor_(ioc_),
       signals_(ioc_),
       drain_timer_(ioc_) {}

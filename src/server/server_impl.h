@@ -14,6 +14,7 @@
 #include "ladle/server/metrics.h"
 #include "ladle/server/server.h"
 #include "ladle/structured/compile_service.h"
+#include "response_store.h"
 
 namespace ladle::server {
 
@@ -38,6 +39,7 @@ class ServerImpl : public Server {
   void SetGrammarService(std::unique_ptr<structured::CompileService> s) { grammar_ = std::move(s); }
   bool draining() const { return draining_.load(); }
   boost::asio::io_context& io() { return ioc_; }
+  ResponseStore& responses() { return responses_; }
 
   // Admission against max_queue; Release when the generation ends.
   bool TryAdmit();
@@ -54,6 +56,7 @@ class ServerImpl : public Server {
   engine::Engine* engine_;
   tokenizer::Tokenizer tok_;
   Metrics metrics_;
+  ResponseStore responses_;
   boost::asio::io_context ioc_;
   // After ioc_, so it is destroyed first: compiles still running post their results into a
   // stopped (but still existing) io context.

@@ -23,6 +23,12 @@ using frontend::Api;
 namespace {
 
 constexpr auto kIdleTimeout = std::chrono::seconds(120);
+// How long a connection whose body we refused is read and discarded after the answer: long
+// enough for a client to finish a few hundred MiB on a slow link, bounded so a client that
+// keeps sending cannot hold the connection.
+constexpr auto kLingerTime = std::chrono::seconds(30);
+// Each read of the lingering drain waits at most this long for more bytes.
+constexpr auto kLingerIdle = std::chrono::seconds(5);
 
 // Client-influenced text (error messages name fields and models) JSON-escaped, so a log line
 // stays one valid line in --log-format json: the logger does not escape messages itself.
@@ -33,6 +39,11 @@ std::string LogSafe(std::string_view s) {
 }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // The client's x-request-id when it is short and plain, else a fresh one.
 std::string RequestIdFor(std::string_view given) {
@@ -116,14 +127,43 @@ void Session::Close() {
   stream_.close();
 }
 
+void Session::LingerThenClose() {
+  beast::error_code ec;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  if (ec) {
+    stream_.close();
+    return;
+  }
+  buffer_.clear();
+  LingerRead(std::make_shared<std::vector<char>>(64 * 1024), Clock::now() + kLingerTime);
+}
+
+void Session::LingerRead(std::shared_ptr<std::vector<char>> sink, Clock::time_point until) {
+  const auto now = Clock::now();
+  if (now >= until) {
+    stream_.close();
+    return;
+  }
+  stream_.expires_after(std::min<Clock::duration>(kLingerIdle, until - now));
+  stream_.async_read_some(net::buffer(*sink), [self = shared_from_this(), sink, until](beast::error_code ec, size_t) {
+    if (ec) {  // EOF: the client read our answer and closed; or timeout, or reset
+      self->stream_.close();
+      return;
+    }
+    self->LingerRead(sink, until);
+  });
+}
+
 void Session::OnRead(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     version_ = parser_->get().version() == 10 ? 10 : 11;
     const std::string target(parser_->get().target());
     const Api api = ApiForPath(target.substr(0, target.find('?')));
-    auto e = ErrorFor(api, InvalidArgument(fmt::format("request body exceeds {} bytes", server_.config().limits.max_body_bytes)));
-    e.http_status = 413;  // the body is not read any further, so the connection closes after this
-    e.type = api == Api::kMessages ? "request_too_large" : e.type;
+    // The body is not parsed any further, so the connection closes after this (lingering).
+    auto e = ErrorFor(api, Status(StatusCode::kPayloadTooLarge,
+                                  fmt::format("request body exceeds {} bytes", server_.config().limits.max_body_bytes)),
+                      api == Api::kMessages ? "" : "request_too_large");
+    linger_ = true;
     RespondError(api, e, RequestIdFor(""), /*keep_alive=*/false);
     return;
   }
@@ -165,15 +205,10 @@ void Session::Handle(Request req) {
     std::string text = server_.metrics().Render(server_.engine().GetStats());
     if (server_.grammar()) server_.grammar()->AppendMetrics(&text);
     Respond(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text), rid, keep_alive, "other");
-  } else if (path == "/v1/models" && get) {
-    if (!server_.config().keys.Allows(req[http::field::authorization], req["x-api-key"])) {
-      RespondError(Api::kChat, Unauthorized(Api::kChat), rid, keep_alive);
-      return;
-    }
-    std::string body = R"({"object":"list","data":[{"id":)";
-    json::AppendQuoted(server_.config().served_model_name, &body);
-    body += R"(,"object":"model","created":0,"owned_by":"ladle"}]})";
-    Respond(200, "application/json", std::move(body), rid, keep_alive, "other");
+  } else if ((path == "/v1/models" || path.starts_with("/v1/models/")) && get) {
+    HandleModels(req, path, rid, keep_alive);
+  } else if (path == "/v1/messages/count_tokens" && post) {
+    HandleCountTokens(req, rid, keep_alive);
   } else {
     RespondError(Api::kChat, ErrorFor(Api::kChat, NotFound("no route for " + std::string(req.method_string()) + " " + path)),
                  rid, keep_alive);
@@ -181,19 +216,25 @@ void Session::Handle(Request req) {
 }
 
 void Session::Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
-                      bool keep_alive, std::string_view api_label, int retry_after, bool grammar_forced) {
+                      bool keep_alive, std::string_view api_label, int retry_after, bool grammar_forced,
+                      std::string_view dropped_tools) {
   auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), version_);
   res->set(http::field::server, "ladle");
   res->set(http::field::content_type, content_type);
   res->set("x-request-id", rid);
   if (retry_after > 0) res->set(http::field::retry_after, std::to_string(retry_after));
   if (grammar_forced) res->set("x-ladle-grammar-forced", "true");
+  if (!dropped_tools.empty()) res->set("x-ladle-dropped-tools", dropped_tools);
   res->keep_alive(keep_alive);
   res->body() = std::move(body);
   res->prepare_payload();
   server_.metrics().CountRequest(api_label, status);
   stream_.expires_after(kIdleTimeout);
   http::async_write(stream_, *res, [self = shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
+    if (!ec && self->linger_) {
+      self->LingerThenClose();
+      return;
+    }
     if (ec || !keep_alive) {
       self->Close();
       return;
@@ -204,9 +245,9 @@ void Session::Respond(int status, std::string_view content_type, std::string bod
 
 void Session::RespondError(Api api, const frontend::ApiError& e, const std::string& rid, bool keep_alive,
                            int retry_after) {
-  LADLE_LOG_INFO("request.rejected rid={} api={} status={} type={} message='{}'", rid, ApiLabel(api), e.http_status,
+  LADLE_LOG_INFO("request.rejected rid={} api={} status={} type={} message='{}'", rid, ApiLabel(api), e.http_status(),
                  e.type, LogSafe(e.message));
-  Respond(e.http_status, "application/json", frontend::ErrorJson(api, e), rid, keep_alive, ApiLabel(api), retry_after);
+  Respond(e.http_status(), "application/json", frontend::ErrorJson(api, e), rid, keep_alive, ApiLabel(api), retry_after);
 }
 
 void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clock::time_point start) {
@@ -222,13 +263,25 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
     RespondError(api, ErrorFor(api, Status(StatusCode::kUnavailable, "the server is shutting down")), rid, false);
     return;
   }
-  frontend::Adapted adapted = frontend::Adapt(api, req.body(), cfg.limits);
+  // Responses: resolve item_reference / previous_response_id from the response store first, so
+  // the adapter sees a self-contained request.
+  const uint64_t owner = std::hash<std::string_view>{}(x_api_key.empty() ? req[http::field::authorization] : x_api_key);
+  std::optional<ResponseStore::Resolved> resolved;
+  if (api == Api::kResponses && server_.responses().enabled()) {
+    auto r = server_.responses().Resolve(req.body(), owner, WallMs(), cfg.limits);
+    if (auto* e = std::get_if<frontend::ApiError>(&r)) {
+      RespondError(api, *e, rid, keep_alive);
+      return;
+    }
+    resolved = std::move(std::get<ResponseStore::Resolved>(r));
+  }
+  frontend::Adapted adapted = frontend::Adapt(api, resolved ? std::string_view(resolved->body) : req.body(), cfg.limits);
   if (!adapted.ok()) {
     RespondError(api, adapted.error, rid, keep_alive);
     return;
   }
   frontend::Request& request = *adapted.request;
-  if (request.model != cfg.served_model_name) {
+  if (!cfg.ServesModel(request.model)) {
     RespondError(api, ModelNotFound(api, request.model), rid, keep_alive);
     return;
   }
@@ -249,7 +302,14 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
   const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
   frontend::ResponseMeta meta = frontend::MakeResponseMeta(request, now_s);
+  meta.echo.store = resolved.has_value() && resolved->store;
   engine::SamplingParams sampling = SamplingFor(request, cfg.default_max_tokens);
+  if (cfg.max_tokens_cap > 0) sampling.max_tokens = std::min(sampling.max_tokens, cfg.max_tokens_cap);
+  if (auto overflow = CheckContext(request, encoded->ids.size(), &sampling)) {
+    server_.Release();
+    RespondError(api, *overflow, rid, keep_alive);
+    return;
+  }
   auto gen = Generation::Create(cfg.version, server_.tokenizer(), encoded->ends_in_thinking, meta, sampling.stop,
                                 static_cast<int64_t>(encoded->ids.size()));
   if (!gen.ok()) {
@@ -266,6 +326,20 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
   l.gen = std::move(gen).value();
   l.prompt = std::move(encoded->ids);
   l.sampling = std::move(sampling);
+  if (resolved && resolved->store) {
+    l.store = true;
+    l.owner = owner;
+    l.response_id = meta.id;
+    l.store_input = std::move(resolved->input);
+  }
+  for (const auto& t : request.dropped_tools) {
+    if (!l.dropped_tools.empty()) l.dropped_tools += ", ";
+    l.dropped_tools += t;
+  }
+  if (!l.dropped_tools.empty()) {
+    LADLE_LOG_INFO("request.tools_dropped rid={} tools='{}' reason=hosted_tool_not_available", rid,
+                   LogSafe(l.dropped_tools));
+  }
   // Structured output: the compiled grammar is fetched before the request enters the engine;
   // the compile service answers on its own thread, so continue on the strand.
   auto launch = std::make_shared<Launch>(std::move(l));
@@ -300,6 +374,13 @@ void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
   a.queue = std::make_shared<OutputQueue>();
   a.start = l.start;
   a.mask = constraint.mask;
+  a.store = l.store;
+  a.owner = l.owner;
+  a.response_id = std::move(l.response_id);
+  a.store_input = std::move(l.store_input);
+  // Header values must be plain: tool names are [A-Za-z0-9_-] by the adapters' checks, but a
+  // hosted tool's type is the client's text, so anything else becomes '?'.
+  for (char c : l.dropped_tools) a.dropped_tools += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ',' || c == ' ' || c == '.') ? c : '?';
   active_.emplace(std::move(a));
 
   engine::SubmitRequest submit;
@@ -327,6 +408,9 @@ void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
   }
   active_->id = *id;
   server_.Track(*id, shared_from_this());
+  // A stream's head goes out now, before prefill ends: clients' first-byte watchdogs time the
+  // headers, and a long prompt's prefill can outlast them.
+  if (active_->stream) FlushStream();
   LADLE_LOG_DEBUG("request.submitted rid={} api={} engine_id={} prompt_tokens={} stream={}", rid, ApiLabel(api), *id,
                   active_->gen->usage().prompt_tokens, active_->stream);
   // Watch for the client going away while the engine works (no read is pending meanwhile).
@@ -400,12 +484,29 @@ void Session::FlushStream() {
     return;
   }
   a.out.clear();
+  if (a.store && a.completed.empty()) {
+    // The stream's last event carries the whole response: keep its JSON for the store.
+    // (response.incomplete when max_output_tokens ended it: its items are just as referable.)
+    size_t at = std::string::npos, start = 0;
+    for (std::string_view ev : {"event: response.completed\ndata: ", "event: response.incomplete\ndata: "}) {
+      at = a.pending.find(ev);
+      if (at != std::string::npos) {
+        start = at + ev.size();
+        break;
+      }
+    }
+    if (at != std::string::npos) {
+      const size_t end = a.pending.find('\n', start);
+      a.completed = a.pending.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    }
+  }
   if (!a.head_sent) {
     a.head_sent = true;
     a.out = fmt::format(
         "HTTP/1.{} 200 OK\r\nServer: ladle\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "x-request-id: {}\r\n{}Connection: {}\r\n\r\n",
-        a.chunked ? 1 : 0, a.rid, a.chunked ? "Transfer-Encoding: chunked\r\n" : "", a.keep_alive ? "keep-alive" : "close");
+        "x-request-id: {}\r\n{}{}Connection: {}\r\n\r\n",
+        a.chunked ? 1 : 0, a.rid, a.dropped_tools.empty() ? "" : "x-ladle-dropped-tools: " + a.dropped_tools + "\r\n",
+        a.chunked ? "Transfer-Encoding: chunked\r\n" : "", a.keep_alive ? "keep-alive" : "close");
   }
   if (!a.chunked) {
     a.out += a.pending;
@@ -443,6 +544,17 @@ void Session::OnStreamWrite(beast::error_code ec) {
   FlushStream();
 }
 
+void Session::StoreResponse(const Active& a, std::string_view response_json) {
+  auto doc = json::Parse(response_json);
+  if (!doc.ok() || !doc->is_object()) return;
+  // A streamed completed event wraps the response: {"type":"response.completed","response":{...}}.
+  const json::Value* resp = doc->Find("response");
+  if (resp == nullptr) resp = &*doc;
+  const json::Value* output = resp->Find("output");
+  if (output == nullptr || !output->is_array()) return;
+  server_.responses().Put(a.response_id, a.owner, a.store_input, *output, WallMs());
+}
+
 void Session::FinishGeneration() {
   Active a = std::move(*active_);
   active_.reset();
@@ -452,7 +564,7 @@ void Session::FinishGeneration() {
   stream_.socket().cancel(ignored);  // the disconnect watch
   const auto& u = a.gen->usage();
   server_.metrics().AddTokens(u.prompt_tokens, u.completion_tokens);
-  const int status = a.peer_gone ? 499 : a.gen->http_status();
+  const int status = a.peer_gone ? HttpStatusFor(StatusCode::kCancelled) : a.gen->http_status();
   const double ms = Seconds(Clock::now() - a.start) * 1e3;
   LADLE_LOG_INFO(
       "request.done rid={} api={} status={} stream={} finish={} prompt_tokens={} cached_tokens={} "
@@ -464,6 +576,7 @@ void Session::FinishGeneration() {
     Close();
     return;
   }
+  if (a.store && status == 200) StoreResponse(a, a.stream ? std::string_view(a.completed) : std::string_view(a.pending));
   if (a.stream) {
     server_.metrics().CountRequest(ApiLabel(a.api), 200);
     if (a.keep_alive) {
@@ -474,7 +587,7 @@ void Session::FinishGeneration() {
     return;
   }
   Respond(status, a.gen->content_type(), std::move(a.pending), a.rid, a.keep_alive, ApiLabel(a.api), 0,
-          a.mask && a.mask->forced());
+          a.mask && a.mask->forced(), a.dropped_tools);
 }
 
 }  // namespace ladle::server

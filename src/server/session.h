@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "generation.h"
+#include "ladle/json/json.h"
+#include "response_store.h"
 #include "ladle/engine/engine.h"
 #include "ladle/frontend/request_adapters.h"
 #include "structured_hook.h"
@@ -61,6 +63,13 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string pending;  // bytes produced, not yet handed to a write
     std::string out;      // the write in flight
     std::shared_ptr<structured::StructuredMaskProvider> mask;  // structured output, or null
+    std::string dropped_tools;  // x-ladle-dropped-tools value, or empty
+    // Responses with store on: recorded in the response store when the response completes.
+    bool store = false;
+    uint64_t owner = 0;
+    std::string response_id;
+    json::Value store_input;
+    std::string completed;  // streaming: the response.completed event's JSON, once seen
   };
 
   // A request ready for the engine, waiting (if constrained) for its compiled grammar.
@@ -73,6 +82,11 @@ class Session : public std::enable_shared_from_this<Session> {
     std::unique_ptr<Generation> gen;
     std::vector<engine::TokenId> prompt;
     engine::SamplingParams sampling;
+    std::string dropped_tools;
+    bool store = false;
+    uint64_t owner = 0;
+    std::string response_id;
+    json::Value store_input;
   };
 
   void DoRead();
@@ -82,7 +96,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void StartGeneration(frontend::Api api, Request& req, const std::string& rid, Clock::time_point start);
   void SubmitGeneration(Launch l, ConstraintOutcome constraint);
   void Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
-               bool keep_alive, std::string_view api_label, int retry_after = 0, bool grammar_forced = false);
+               bool keep_alive, std::string_view api_label, int retry_after = 0, bool grammar_forced = false,
+               std::string_view dropped_tools = {});
   void RespondError(frontend::Api api, const frontend::ApiError& e, const std::string& rid, bool keep_alive,
                     int retry_after = 0);
   void DrainOutputs();
@@ -90,9 +105,26 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnStreamWrite(boost::beast::error_code ec);
   void OnPeerReadable(boost::beast::error_code ec);
   void FinishGeneration();
+  // Records a finished Responses response (non-streaming body or the streamed completed event).
+  void StoreResponse(const Active& a, std::string_view response_json);
   void Close();
+  // GET /v1/models and /v1/models/{id} (OpenAI's shape, or Anthropic's when the request carries
+  // anthropic-version); POST /v1/messages/count_tokens. In session_info.cc.
+  void HandleModels(const Request& req, std::string_view path, const std::string& rid, bool keep_alive);
+  void HandleCountTokens(Request& req, const std::string& rid, bool keep_alive);
+  // The context-limit check of a rendered prompt: an error in the API's own words, or none.
+  // May lower `max_tokens` when the request did not set it (it then gets what is left).
+  std::optional<frontend::ApiError> CheckContext(const frontend::Request& request, size_t prompt_tokens,
+                                                 engine::SamplingParams* sampling) const;
+  // Lingering close (RFC 9112 §9.6): half-close, then read and discard what the client still
+  // sends, for a bounded time, so a client that writes its whole body before reading (Python's
+  // http.client, requests) reads our answer instead of a reset.
+  void LingerThenClose();
+  void LingerRead(std::shared_ptr<std::vector<char>> sink, Clock::time_point until);
 
   ServerImpl& server_;
+  // Set when the answer being written ends a connection whose request body was not read.
+  bool linger_ = false;
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
+#include <optional>
+#include <utility>
+
 #include "api_errors.h"
+#include "ladle/core/logging.h"
 #include "server_impl.h"
 
 namespace ladle::server {
@@ -18,7 +23,7 @@ frontend::ApiError CompileError(frontend::Api api, const structured::ConstraintS
     return ErrorFor(api, s);
   }
   frontend::ApiError e = ErrorFor(api, InvalidArgument(""));
-  e.http_status = 400;
+  e.status = StatusCode::kInvalidArgument;
   e.param = spec.param;
   e.code = spec.kind == ConstraintKind::kJsonSchema || spec.kind == ConstraintKind::kToolCall ? "invalid_schema"
                                                                                                : "invalid_grammar";
@@ -62,7 +67,45 @@ bool PrepareConstraint(ServerImpl& server, const frontend::Request& req, bool en
       cfg.version, server.tokenizer(), ends_in_thinking && structured::UsesReasoningTrigger(s), sampling.n,
       static_cast<uint32_t>(std::max(0, sampling.max_tokens)), BudgetFor(server, s.kind, budget_header));
   const frontend::Api api = req.api;
-  server.grammar()->GetAsync(s, [api, s, mo, ready = std::move(ready)](const structured::CompileResult& r) {
+  // Whichever comes first, the compile or the deadline, answers the request; the other finds
+  // `ready` already taken. The compile itself is bounded by its own budget; this bounds the
+  // wait in the queue and on workers too, so no constrained request waits forever.
+  struct Once {
+    std::mutex mu;
+    std::function<void(ConstraintOutcome)> ready;
+    std::optional<boost::asio::steady_timer> timer;
+    std::function<void(ConstraintOutcome)> Take() {
+      std::lock_guard lock(mu);
+      if (timer) timer->cancel();
+      return std::exchange(ready, nullptr);
+    }
+  };
+  auto once = std::make_shared<Once>();
+  once->ready = std::move(ready);
+  const int64_t deadline_ms = cfg.grammar_deadline_ms > 0
+                                  ? cfg.grammar_deadline_ms
+                                  : int64_t{cfg.grammar_service.compile.max_compile_ms} + 10'000;
+  {
+    std::lock_guard lock(once->mu);
+    once->timer.emplace(server.io(), std::chrono::milliseconds(deadline_ms));
+    once->timer->async_wait([once, api, param = s.param, deadline_ms](boost::system::error_code ec) {
+      if (ec) return;  // cancelled: the compile answered first
+      std::function<void(ConstraintOutcome)> f;
+      {
+        std::lock_guard lock(once->mu);
+        f = std::exchange(once->ready, nullptr);
+      }
+      if (!f) return;
+      LADLE_LOG_WARN("grammar.deadline param={} waited_ms={}", param, deadline_ms);
+      ConstraintOutcome o;
+      o.error = ErrorFor(api, Status(StatusCode::kDeadlineExceeded,
+                                     fmt::format("{}: the constraint did not compile within {} ms", param, deadline_ms)));
+      f(std::move(o));
+    });
+  }
+  server.grammar()->GetAsync(s, [api, s, mo, once](const structured::CompileResult& r) {
+    auto ready = once->Take();
+    if (!ready) return;  // the deadline answered already
     ConstraintOutcome o;
     if (!r.ok() && s.lazy) {
       // tool_choice auto: the model may answer in text anyway; a tool set the call grammar

@@ -161,7 +161,18 @@ struct CompileService::Impl {
 
   void Run(const ConstraintSpec& spec, const ConstraintKey& key) {
     const auto t0 = Clock::now();
-    CompileResult r = Compile(spec);
+    // Whatever the compiler does, the waiters hear back: an exception (a front-end bug, an
+    // allocation failure) becomes kInternal, never a flight that never lands.
+    CompileResult r = Internal("compile did not run");
+    try {
+      r = Compile(spec);
+    } catch (const std::exception& e) {
+      LADLE_LOG_ERROR("grammar.compile_threw kind={} what='{}'", static_cast<int>(spec.kind), e.what());
+      r = Internal(fmt::format("the grammar compiler failed: {}", e.what()));
+    } catch (...) {
+      LADLE_LOG_ERROR("grammar.compile_threw kind={} what='(not a std::exception)'", static_cast<int>(spec.kind));
+      r = Internal("the grammar compiler failed");
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     std::vector<Callback> waiters;
     {
@@ -179,7 +190,15 @@ struct CompileService::Impl {
         flights.erase(it);
       }
     }
-    for (auto& w : waiters) w(r);
+    for (auto& w : waiters) {
+      try {
+        w(r);
+      } catch (const std::exception& e) {
+        LADLE_LOG_ERROR("grammar.callback_threw what='{}'", e.what());
+      } catch (...) {
+        LADLE_LOG_ERROR("grammar.callback_threw what='(not a std::exception)'");
+      }
+    }
     std::lock_guard lock(mu);
     if (--pending == 0) idle.notify_all();
   }
@@ -188,9 +207,20 @@ struct CompileService::Impl {
 CompileService::CompileService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CompileService::~CompileService() {
+  // Compiles stop at their own budget (max_compile_ms) and remote ones at worker_timeout_ms, so
+  // this wait ends; the deadline is there so that shutdown never hangs on a compiler bug. Past
+  // it the service is leaked on purpose: a thread still compiling keeps its Impl alive.
+  const auto limit = std::chrono::milliseconds(impl_->opts.shutdown_timeout_ms);
+  bool idle;
   {
     std::unique_lock lock(impl_->mu);
-    impl_->idle.wait(lock, [&] { return impl_->pending == 0; });
+    idle = impl_->idle.wait_for(lock, limit, [&] { return impl_->pending == 0; });
+  }
+  if (!idle) {
+    LADLE_LOG_ERROR("grammar.shutdown_timeout pending={} waited_ms={} action=abandon", impl_->pending,
+                    impl_->opts.shutdown_timeout_ms);
+    (void)impl_.release();
+    return;
   }
   impl_->pool.reset();
 }
@@ -249,17 +279,29 @@ void CompileService::GetAsync(const ConstraintSpec& spec, Callback done) {
 }
 
 CompileResult CompileService::Get(const ConstraintSpec& spec) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<CompileResult> out;
-  GetAsync(spec, [&](const CompileResult& r) {
-    std::lock_guard lock(mu);
-    out.emplace(r);
-    cv.notify_all();
+  // Shared, not on this frame: if the wait below gives up, a late callback must not touch a
+  // dead stack.
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<CompileResult> out;
+  };
+  auto w = std::make_shared<Wait>();
+  GetAsync(spec, [w](const CompileResult& r) {
+    std::lock_guard lock(w->mu);
+    w->out.emplace(r);
+    w->cv.notify_all();
   });
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return out.has_value(); });
-  return std::move(*out);
+  // The callback always comes (Run catches everything); the bound is a second guard so that
+  // a blocking caller (CLI, worker) gets an error instead of hanging if it ever did not.
+  std::unique_lock lock(w->mu);
+  const auto limit = std::chrono::milliseconds(uint64_t{impl_->opts.compile.max_compile_ms} +
+                                               impl_->opts.worker_timeout_ms * (impl_->opts.workers.size() + 1) +
+                                               impl_->opts.shutdown_timeout_ms);
+  if (!w->cv.wait_for(lock, limit, [&] { return w->out.has_value(); })) {
+    return Status(StatusCode::kDeadlineExceeded, "grammar compile did not finish in time");
+  }
+  return std::move(*w->out);
 }
 
 CompileStats CompileService::stats() const {

@@ -232,6 +232,95 @@ await check('404 model_not_found', async () => {
     (e) => assert.equal(e.error?.error?.type, 'not_found_error'));
 });
 
+// ---- Issue 12: what real agents send (Claude Code, Codex, the AI SDK) ----
+await check('models: OpenAI and Anthropic shapes, retrieve by id, 404 for others', async () => {
+  const list = await oa.models.list();
+  assert.ok(list.data.some((m) => m.id === MODEL && m.object === 'model'));
+  assert.equal((await oa.models.retrieve(MODEL)).id, MODEL);
+  await expectError(oa.models.retrieve('gpt-5'), 404);
+  const alist = await an.models.list();
+  assert.ok(alist.data.some((m) => m.id === MODEL && m.type === 'model' && typeof m.created_at === 'string'), JSON.stringify(alist.data));
+  const one = await an.models.retrieve(MODEL);
+  assert.equal(one.type, 'model');
+  assert.equal(one.id, MODEL);
+  await expectError(an.models.retrieve('claude-x'), 404, (e) => assert.equal(e.error?.error?.type, 'not_found_error'));
+});
+
+await check('messages count_tokens equals usage.input_tokens of the same request', async () => {
+  const messages = [{ role: 'user', content: 'Count me, please.' }];
+  const counted = await an.messages.countTokens({ model: MODEL, messages, system: 'be brief' });
+  const r = await an.messages.create({ model: MODEL, max_tokens: 2, messages, system: 'be brief' });
+  assert.equal(counted.input_tokens, r.usage.input_tokens);
+});
+
+await check('messages: system inside messages, adaptive thinking, cache_control, metadata and betas accepted', async () => {
+  const r = await an.messages.create({
+    model: MODEL, max_tokens: 4, thinking: { type: 'adaptive' }, metadata: { user_id: 'u1' },
+    system: [{ type: 'text', text: 'You are terse.', cache_control: { type: 'ephemeral' } }],
+    messages: [
+      { role: 'user', content: [{ type: 'text', text: 'hi', cache_control: { type: 'ephemeral' } }] },
+      { role: 'assistant', content: 'hello' },
+      { role: 'system', content: 'The conversation was compacted.' },
+      { role: 'user', content: 'go on' },
+    ],
+  }, { headers: { 'anthropic-beta': 'interleaved-thinking-2025-05-14,context-management-2025-06-27' } });
+  assert.equal(r.type, 'message');
+  assert.equal(r.usage.output_tokens, 4);
+});
+
+await check('declared hosted tools are dropped with a header, forcing one is a 400', async () => {
+  const { data, response } = await an.messages.create({
+    model: MODEL, max_tokens: 4, messages: user,
+    tools: [{ type: 'web_search_20250305', name: 'web_search' }, { name: 'ls', description: 'list', input_schema: { type: 'object' } }],
+  }).withResponse();
+  assert.equal(data.type, 'message');
+  assert.equal(response.headers.get('x-ladle-dropped-tools'), 'web_search');
+  await expectError(an.messages.create({
+    model: MODEL, max_tokens: 4, messages: user, tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+    tool_choice: { type: 'tool', name: 'web_search' },
+  }), 400);
+});
+
+await check('messages output_config.format (native structured output) is enforced', async () => {
+  const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'], additionalProperties: false };
+  const r = await an.messages.create({ model: MODEL, max_tokens: 48, messages: user, output_config: { format: { type: 'json_schema', schema } } });
+  const text = r.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  const doc = JSON.parse(text);
+  assert.ok(Number.isInteger(doc.n), text);
+  assert.deepEqual(Object.keys(doc), ['n']);
+});
+
+await check('context overflow in each API\'s words (Claude Code and Codex compact on them)', async () => {
+  const long = [{ role: 'user', content: 'ladle '.repeat(70000) }];
+  await expectError(an.messages.create({ model: MODEL, max_tokens: 4, messages: long }), 400, (e) => {
+    assert.match(e.error?.error?.message ?? '', /^prompt is too long: \d+ tokens > \d+ maximum$/);
+    assert.equal(e.error?.error?.type, 'invalid_request_error');
+  });
+  await expectError(an.messages.create({ model: MODEL, max_tokens: 200000, messages: user }), 400,
+    (e) => assert.match(e.error?.error?.message ?? '', /^input length and `max_tokens` exceed context limit: \d+ \+ 200000 > \d+/));
+  await expectError(oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 200000 }), 400,
+    (e) => assert.equal(e.code, 'context_length_exceeded'));
+  await expectError(oa.responses.create({ model: MODEL, input: 'ladle '.repeat(70000) }), 400,
+    (e) => assert.equal(e.code, 'context_length_exceeded'));
+});
+
+await check('streaming: the response head arrives before the first token', async () => {
+  const t0 = performance.now();
+  const res = await fetch(`${mainUrl}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
+    body: JSON.stringify({ model: MODEL, stream: true, max_tokens: 2, messages: [{ role: 'user', content: 'ladle '.repeat(6000) }] }),
+  });
+  const tHead = performance.now() - t0;
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  const first = await reader.read();
+  const tFirst = performance.now() - t0;
+  assert.ok(!first.done);
+  while (!(await reader.read()).done) { /* drain */ }
+  assert.ok(tHead <= tFirst, `head ${tHead.toFixed(0)} ms, first chunk ${tFirst.toFixed(0)} ms`);
+  console.log(`     head after ${tHead.toFixed(0)} ms, first event after ${tFirst.toFixed(0)} ms (6,000-word prompt)`);
+});
+
 await check('full queue: 429 (OpenAI) / 529 (Anthropic) with Retry-After', async () => {
   const small = openai(smallUrl);
   const hold = new AbortController();

@@ -83,6 +83,9 @@ if command -v curl >/dev/null 2>&1; then
 fi
 
 status="${http10_failed:-0}"
+# A 300 MiB body from a client that sends it all before reading (Python http.client): 413 and a
+# lingering close, so the client reads the answer.
+python3 "$here/big_body.py" "$main_port" "$key" || status=1
 node "$here/e2e.mjs" "http://127.0.0.1:$main_port" "http://127.0.0.1:$small_port" "$key" \
   "$load_seconds" "$load_clients" || status=1
 

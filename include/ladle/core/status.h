@@ -31,7 +31,9 @@ namespace ladle {
   X(kUnavailable, 13, 503)               \
   X(kIoError, 14, 500)                   \
   X(kDataLoss, 15, 500)                  \
-  X(kInternal, 16, 500)
+  X(kInternal, 16, 500)                  \
+  X(kPayloadTooLarge, 17, 413)           \
+  X(kOverloaded, 18, 529)
 
 enum class StatusCode : uint16_t {
 #define LADLE_X(name, value, http) name = value,
@@ -41,7 +43,10 @@ enum class StatusCode : uint16_t {
 
 // "kInvalidArgument" → "InvalidArgument".
 std::string_view StatusCodeName(StatusCode code);
-// The HTTP status a server answers with for this code.
+// The HTTP status a server answers with for this code: the one Status → HTTP map. The
+// frontend's ApiError and response writers carry a StatusCode and ask this; nothing else in
+// the tree writes an HTTP status number. (kOverloaded is Anthropic's 529; the server picks it
+// over kResourceExhausted, 429, for the Messages API.)
 int HttpStatusFor(StatusCode code);
 
 class [[nodiscard]] Status {

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "ladle/core/status.h"
+
 namespace ladle {
 
 class ThreadPool {
@@ -24,7 +26,9 @@ class ThreadPool {
 
   size_t size() const { return workers_.size(); }
 
-  // Queues `fn`; the future carries its result (or exception, which stays in-module).
+  // Queues `fn`; the future carries its result or its exception. A caller that does not wait
+  // on the future must catch inside `fn` (or use SubmitStatus): an exception nobody reads is
+  // an answer that never comes.
   template <typename F>
   auto Submit(F&& fn) -> std::future<decltype(fn())> {
     using R = decltype(fn());
@@ -34,8 +38,14 @@ class ThreadPool {
     return fut;
   }
 
+  // Runs `fn` and hands `done` its Status; an exception thrown by `fn` becomes kInternal
+  // ("... threw: what"), so whoever waits on `done` always hears back. `done` itself must not
+  // throw (it runs on the worker).
+  void SubmitStatus(std::function<Status()> fn, std::function<void(Status)> done);
+
   // Runs fn(0..n-1), the calling thread taking part, and returns when all are done. Items
-  // are handed out dynamically so uneven ones still balance. At most `max_threads` threads
+  // are handed out dynamically so uneven ones still balance. If items throw, the first
+  // exception is rethrown here after every item has finished. At most `max_threads` threads
   // (caller included) work on it; 0 means size() + 1.
   void ParallelFor(size_t n, const std::function<void(size_t)>& fn, size_t max_threads = 0);
 

@@ -76,6 +76,7 @@ class BlockManager {
   std::vector<bool> in_lru_;
   std::unordered_map<uint64_t, int32_t> by_hash_;
   std::vector<int32_t> free_slots_;
+  std::vector<bool> slot_used_;  // handed out by AllocateSlot and not yet freed
   int used_ = 0;
   std::shared_ptr<BlockTier> tier_;
 };

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "ladle/core/result.h"
+#include "ladle/engine/token.h"
 
 namespace ladle::engine {
 
-using TokenId = uint32_t;
 using RequestId = uint64_t;
 
 struct SamplingParams {

@@ -57,6 +57,11 @@ struct EngineConfig {
   bool prefix_cache = true;
   uint64_t cache_salt = 0;  // extra key of every block hash (e.g. model revision)
   TokenId eos_id = 1;
+  // Added to the end-of-sentence logit before sampling (0: off). For random-weight test and demo
+  // models only, whose EOS is otherwise ~1 in the vocabulary size: with a bias their answers
+  // end on their own, as a real model's do, so agents that treat a max_tokens stop as an error
+  // (Claude Code) can be tested. Logprobs then describe the biased distribution.
+  float eos_logit_bias = 0.0f;
   uint64_t seed = 0x1ad1e;  // seeds requests that carry no seed of their own
   int64_t shutdown_deadline_ms = 30'000;
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ladle/core/result.h"
-#include "ladle/engine/engine.h"
+#include "ladle/engine/token.h"
 
 namespace ladle::engine {
 

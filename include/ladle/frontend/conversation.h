@@ -111,6 +111,10 @@ struct Request {
   bool include_usage = false;  // Chat stream_options.include_usage (always on for the others)
   json::Value metadata;        // passed through
   std::string user;
+  // Hosted tools the request declared but this server cannot run (Anthropic server tools,
+  // OpenAI's web_search, ...): dropped from `tools` rather than failing the request, and named
+  // in the response's x-ladle-dropped-tools header. A request that forces one is still a 400.
+  std::vector<std::string> dropped_tools;
 };
 
 }  // namespace ladle::frontend

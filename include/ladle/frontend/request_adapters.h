@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "ladle/core/status.h"
 #include "ladle/frontend/conversation.h"
 
 namespace ladle::frontend {
@@ -24,7 +25,9 @@ struct Limits {
 
 // An error in protocol terms. The writers below render it in each API's shape.
 struct ApiError {
-  int http_status = 400;
+  // What went wrong, as a Status code; the HTTP status is derived (HttpStatusFor, core).
+  StatusCode status = StatusCode::kInvalidArgument;
+  int http_status() const { return HttpStatusFor(status); }
   std::string type = "invalid_request_error";  // OpenAI error.type / Anthropic error.type
   std::string message;
   std::string param;  // OpenAI error.param ("" → null), e.g. "messages[2].content"

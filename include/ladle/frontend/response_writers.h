@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 
+#include "ladle/core/status.h"
 #include "ladle/frontend/conversation.h"
 #include "ladle/frontend/events.h"
 #include "ladle/json/json.h"
@@ -48,6 +49,7 @@ struct ResponsesEcho {
   json::Value tools;        // array of {"type":"function",...}; null → []
   json::Value metadata;     // object; null → {}
   std::string user;         // "" → null
+  bool store = false;       // whether the server keeps this response (its item ids resolve later)
 };
 
 struct ResponseMeta {
@@ -108,14 +110,14 @@ class ResponseWriter {
   std::string_view content_type() const { return stream_ ? "text/event-stream" : "application/json"; }
   // The status to send the body with: 200, or after End() of a failed non-streaming request
   // 500/499. Streams are always 200 (their status went out before the first event).
-  int http_status() const { return http_status_; }
+  int http_status() const { return HttpStatusFor(status_); }
   // Whether any choice finished with kFinish.malformed (for logs and metrics).
   bool malformed() const { return malformed_; }
 
  protected:
   explicit ResponseWriter(bool stream) : stream_(stream) {}
   bool stream_;
-  int http_status_ = 200;
+  StatusCode status_ = StatusCode::kOk;
   bool malformed_ = false;
 };
 

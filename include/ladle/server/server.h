@@ -25,12 +25,36 @@
 namespace ladle::server {
 
 struct ServerConfig {
+  // True when `model` is the served name or one of its aliases.
+  bool ServesModel(std::string_view model) const {
+    if (model == served_model_name) return true;
+    for (const auto& a : model_aliases)
+      if (model == a) return true;
+    return false;
+  }
+
   std::string host = "127.0.0.1";
   uint16_t port = 8000;  // 0: any free port (see Server::port())
   std::string served_model_name = "ladle";
+  // Further names requests may use for the same model (`--served-model-name a,b` or repeated):
+  // /v1/models lists them all, and a response names the model as the request did.
+  std::vector<std::string> model_aliases;
+  // Context limit in tokens (prompt + output); 0: the engine's own check only. A prompt over it
+  // gets each API's context-overflow error (Anthropic's "prompt is too long: N tokens > M
+  // maximum", OpenAI's code context_length_exceeded) so agents compact instead of failing.
+  int64_t max_model_len = 0;
   frontend::ModelVersion version = frontend::ModelVersion::kV32;
   frontend::Limits limits;
   int default_max_tokens = 256;  // when the request names none (Chat, Responses)
+  // When > 0, every request's output budget is at most this many tokens (finish reason
+  // "length"/"max_tokens" past it): for serving a demo or test model to agents that ask for
+  // 32,000-token answers. 0: the request's own max_tokens.
+  int max_tokens_cap = 0;
+  // Responses API `store` (default true): recent responses kept in memory so item_reference
+  // and previous_response_id resolve. 0 TTL turns it off (references are then a 400).
+  int64_t response_store_ttl_s = 3600;
+  size_t response_store_entries = 4096;
+  size_t response_store_bytes = 256u << 20;
   // Generation requests held at once (waiting or running); beyond it: 429 (OpenAI) or 529
   // (Anthropic) with Retry-After.
   int max_queue = 256;
@@ -44,6 +68,10 @@ struct ServerConfig {
   // request may say `x-ladle-grammar-budget: off`, or `on` for regex/EBNF); JSON whitespace.
   structured::CompileServiceOptions grammar_service;
   bool grammar_budget_aware = true;
+  // A constrained request waits at most this long for its grammar (queue + compile + worker
+  // round trips); past it the request gets a 504 in its API's shape and the compile finishes
+  // (or fails) on its own for the cache. 0 = the compile budget plus 10 s.
+  int64_t grammar_deadline_ms = 0;
   ladle::grammar::JsonSchemaOptions::Whitespace grammar_whitespace = ladle::grammar::JsonSchemaOptions::Whitespace::kBounded;
 };
 

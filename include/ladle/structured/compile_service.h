@@ -34,6 +34,8 @@ struct CompileServiceOptions {
   std::vector<std::string> workers;  // "host:port" of grammar workers; empty: in-process only
   uint32_t worker_timeout_ms = 10000;
   uint32_t worker_down_ms = 2000;
+  // The destructor waits this long for compiles in flight, then abandons them (logged).
+  uint32_t shutdown_timeout_ms = 10000;
 };
 
 struct CompileStats {

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ladle/core/logging.h"
+
 namespace ladle::engine::model {
 
 ModelKvStorage::ModelKvStorage(const ModelConfig& c, int num_blocks, int num_slots)
@@ -30,19 +32,24 @@ ModelKvStorage::~ModelKvStorage() {
   std::free(rings_);
 }
 
+// The engine's block manager hands out every slot and block index these take: one out of range
+// is a bug upstream (it would copy another sequence's KV), so it stops the process rather than
+// being skipped in silence.
 void ModelKvStorage::CopySlot(int from, int to) {
-  if (from == to || from < 0 || to < 0 || from >= num_slots_ || to >= num_slots_) return;
+  LADLE_CHECK(from >= 0 && to >= 0 && from < num_slots_ && to < num_slots_);
+  if (from == to) return;
   std::memcpy(SlotBase(to), SlotBase(from), slot_floats_ * sizeof(float));
   states_[static_cast<size_t>(to)] = states_[static_cast<size_t>(from)];
 }
 
 void ModelKvStorage::ResetSlot(int slot) {
-  if (slot < 0 || slot >= num_slots_) return;
+  LADLE_CHECK(slot >= 0 && slot < num_slots_);
   states_[static_cast<size_t>(slot)] = SlotState{};
 }
 
 void ModelKvStorage::CopyBlock(int from, int to) {
-  if (from == to || from < 0 || to < 0 || from >= num_blocks_ || to >= num_blocks_) return;
+  LADLE_CHECK(from >= 0 && to >= 0 && from < num_blocks_ && to < num_blocks_);
+  if (from == to) return;
   std::memcpy(GlobalK(to), GlobalK(from), block_floats_ * sizeof(float));
 }
 

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
+#include <stdexcept>
+
 #include <atomic>
 #include <set>
 #include <thread>
@@ -45,6 +49,42 @@ TEST(ThreadPool, NestedParallelForDoesNotDeadlock) {
   std::atomic<int> total{0};
   pool.ParallelFor(4, [&](size_t) { pool.ParallelFor(4, [&](size_t) { total++; }); });
   EXPECT_EQ(total.load(), 16);
+}
+
+// Issue 12: an exception inside a pool task must reach whoever waits, and never kill a worker.
+TEST(ThreadPool, SubmitCarriesTheExceptionAndTheWorkerSurvives) {
+  ThreadPool pool(1);
+  auto bad = pool.Submit([]() -> int { throw std::out_of_range("stoul"); });
+  EXPECT_THROW(bad.get(), std::out_of_range);
+  auto good = pool.Submit([] { return 7; });  // the only worker is still alive
+  EXPECT_EQ(good.get(), 7);
+}
+
+TEST(ThreadPool, SubmitStatusTurnsAnExceptionIntoInternal) {
+  ThreadPool pool(1);
+  std::promise<Status> p;
+  pool.SubmitStatus([]() -> Status { throw std::invalid_argument("bad index"); }, [&](Status s) { p.set_value(s); });
+  auto f = p.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const Status s = f.get();
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_NE(s.message().find("bad index"), std::string::npos) << s.ToString();
+  std::promise<Status> q;
+  pool.SubmitStatus([] { return Status(); }, [&](Status s2) { q.set_value(s2); });
+  EXPECT_TRUE(q.get_future().get().ok());
+}
+
+TEST(ThreadPool, ParallelForRethrowsInTheCallerAfterEveryItem) {
+  ThreadPool pool(2);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.ParallelFor(64, [&](size_t i) {
+    ran++;
+    if (i % 7 == 3) throw std::runtime_error("item");
+  }), std::runtime_error);
+  EXPECT_EQ(ran.load(), 64);  // a throwing item does not stop the others
+  std::atomic<int> again{0};
+  pool.ParallelFor(16, [&](size_t) { again++; });  // workers survived
+  EXPECT_EQ(again.load(), 16);
 }
 
 }  // namespace

@@ -31,9 +31,9 @@ const char* kUserHi = R"([{"role":"user","content":"hi"}])";
 ::testing::AssertionResult IsError(const Adapted& a, std::string_view message_prefix, int status = 400,
                                    std::string_view type = "invalid_request_error") {
   if (a.ok()) return ::testing::AssertionFailure() << "adapted, but an error was expected";
-  if (a.error.http_status != status || a.error.type != type ||
+  if (a.error.http_status() != status || a.error.type != type ||
       a.error.message.compare(0, message_prefix.size(), message_prefix) != 0) {
-    return ::testing::AssertionFailure() << "got status " << a.error.http_status << " type " << a.error.type
+    return ::testing::AssertionFailure() << "got status " << a.error.http_status() << " type " << a.error.type
                                          << " message: " << a.error.message;
   }
   auto parsed = json::Parse(AnthropicErrorJson(a.error));
@@ -205,8 +205,16 @@ TEST(AdapterMessages, ToolsAndToolChoice) {
   EXPECT_TRUE(IsError(AdaptMessages(Body(kUserHi, tools + R"(,"tool_choice":"auto")")), "tool_choice: "));
   EXPECT_TRUE(IsError(AdaptMessages(Body(kUserHi, R"("tool_choice":{"type":"any"})")), "tool_choice: "));
   EXPECT_TRUE(IsError(AdaptMessages(Body(kUserHi, R"("tools":[{"name":"a"}])")), "tools.0.input_schema: Field required"));
-  EXPECT_TRUE(IsError(AdaptMessages(Body(kUserHi, R"("tools":[{"type":"web_search_20250305","name":"web_search"}])")),
-                      "tools.0.type: "));
+  // A declared server tool is dropped (reported), not a 400; forcing it is a 400.
+  const Request web = Ok(AdaptMessages(Body(kUserHi, R"("tools":[{"type":"web_search_20250305","name":"web_search"},)"
+                                                     R"({"name":"a","input_schema":{}}])")));
+  ASSERT_EQ(web.tools.size(), 1u);
+  EXPECT_EQ(web.tools[0].name, "a");
+  ASSERT_EQ(web.dropped_tools.size(), 1u);
+  EXPECT_EQ(web.dropped_tools[0], "web_search");
+  EXPECT_TRUE(IsError(AdaptMessages(Body(kUserHi, R"("tools":[{"type":"web_search_20250305","name":"web_search"}],)"
+                                                  R"("tool_choice":{"type":"tool","name":"web_search"})")),
+                      "tool_choice"));
   EXPECT_TRUE(IsError(AdaptMessages(Body(kUserHi, R"("tools":[{"name":"a b","input_schema":{}}])")), "tools.0.name: "));
 }
 
@@ -250,7 +258,7 @@ TEST(AdapterMessages, SamplingStopAndMetadata) {
 
 TEST(AdapterMessages, BlockAndRoleErrors) {
   EXPECT_TRUE(IsError(AdaptMessages(Body("[]")), "messages: "));
-  EXPECT_TRUE(IsError(AdaptMessages(Body(R"([{"role":"system","content":"x"}])")), "messages.0.role: "));
+  EXPECT_TRUE(IsError(AdaptMessages(Body(R"([{"role":"system","content":7}])")), "messages.0.content: "));
   EXPECT_TRUE(IsError(AdaptMessages(Body(R"([{"role":"tool","content":"x"}])")), "messages.0.role: "));
   EXPECT_TRUE(IsError(AdaptMessages(Body(R"([{"role":"user"}])")), "messages.0.content: Field required"));
   EXPECT_TRUE(IsError(AdaptMessages(Body(R"([{"role":"user","content":[{"type":"text"}]}])")),
@@ -294,4 +302,31 @@ TEST(AdapterMessages, UnknownFieldsIgnored) {
 }
 
 }  // namespace
+// Issue 12 (Claude Code): system messages inside `messages` stay at their position.
+TEST(AdapterMessages, SystemMessagesInsideTheConversation) {
+  const Request r = Ok(AdaptMessages(Body(R"([{"role":"user","content":"a"},{"role":"system","content":"be brief"},)"
+                                          R"({"role":"assistant","content":"b"},)"
+                                          R"({"role":"system","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]},)"
+                                          R"({"role":"user","content":"c"}])")));
+  ASSERT_EQ(r.messages.size(), 5u);
+  EXPECT_EQ(r.messages[0].role, Role::kUser);
+  EXPECT_EQ(r.messages[1].role, Role::kSystem);
+  EXPECT_EQ(r.messages[2].role, Role::kAssistant);
+  EXPECT_EQ(r.messages[3].role, Role::kSystem);
+  EXPECT_EQ(r.messages[4].role, Role::kUser);
+}
+
+TEST(AdapterMessages, AdaptiveThinkingAndNativeStructuredOutput) {
+  const Request a = Ok(AdaptMessages(Body(kUserHi, R"("thinking":{"type":"adaptive"})")));
+  EXPECT_TRUE(a.thinking.enabled);
+  EXPECT_FALSE(a.thinking.budget_tokens.has_value());
+  const Request f = Ok(AdaptMessages(Body(kUserHi, R"("output_config":{"format":{"type":"json_schema",)"
+                                                   R"("schema":{"type":"object","properties":{"x":{"type":"integer"}}}}})")));
+  EXPECT_EQ(f.response_format.kind, ResponseFormat::Kind::kJsonSchema);
+  EXPECT_TRUE(f.response_format.schema.is_object());
+  const Request b = Ok(AdaptMessages(Body(kUserHi, R"("output_format":{"type":"json_schema","schema":{"type":"string"}})")));
+  EXPECT_EQ(b.response_format.kind, ResponseFormat::Kind::kJsonSchema);
+  EXPECT_TRUE(IsError(AdaptMessages(Body(kUserHi, R"("output_config":{"format":{"type":"xml"}})")), "output_config.format.type"));
+}
+
 }  // namespace ladle::frontend

@@ -161,7 +161,8 @@ TEST(AdapterResponses, StatefulParametersAreClearErrors) {
   Adapted prev = AdaptResponses(Body(R"("x")", R"("previous_response_id":"resp_123")"));
   EXPECT_TRUE(IsError(prev, "previous_response_id", "unsupported_parameter"));
   EXPECT_NE(prev.error.message.find("state"), std::string::npos) << prev.error.message;
-  EXPECT_TRUE(IsError(AdaptResponses(Body(R"("x")", R"("store":true)")), "store", "unsupported_value"));
+  // store is the server's (it keeps responses for item_reference); the adapter accepts it.
+  EXPECT_TRUE(AdaptResponses(Body(R"("x")", R"("store":true)")).ok());
   EXPECT_TRUE(IsError(AdaptResponses(Body(R"("x")", R"("background":true)")), "background", "unsupported_value"));
   EXPECT_TRUE(IsError(AdaptResponses(Body(R"("x")", R"("conversation":"conv_1")")), "conversation",
                       "unsupported_parameter"));
@@ -194,8 +195,19 @@ TEST(AdapterResponses, ToolsAndToolChoice) {
   EXPECT_FALSE(allowed.tool_choice.allowed_required);
   EXPECT_EQ(allowed.tool_choice.allowed, (std::vector<std::string>{"a", "b"}));
 
-  EXPECT_TRUE(IsError(AdaptResponses(Body(R"("x")", R"("tools":[{"type":"web_search"}])")), "tools[0].type",
-                      "unsupported_value"));
+  // Hosted tools are dropped (named for the response header); namespaces are flattened.
+  const Request hosted = Ok(AdaptResponses(Body(R"("x")", R"("tools":[{"type":"web_search","external_web_access":false},
+      {"type":"namespace","name":"multi_agent_v1","description":"sub-agents","tools":[
+        {"type":"function","name":"spawn_agent","parameters":{"type":"object"}},
+        {"type":"function","name":"close_agent","parameters":{"type":"object"}}]},
+      {"type":"function","name":"exec_command","parameters":{"type":"object"}}])")));
+  ASSERT_EQ(hosted.tools.size(), 3u);
+  EXPECT_EQ(hosted.tools[0].name, "spawn_agent");
+  EXPECT_EQ(hosted.tools[1].name, "close_agent");
+  EXPECT_EQ(hosted.tools[2].name, "exec_command");
+  EXPECT_EQ(hosted.dropped_tools, (std::vector<std::string>{"web_search"}));
+  EXPECT_TRUE(IsError(AdaptResponses(Body(R"("x")", R"("tools":[{"type":"web_search"}],"tool_choice":{"type":"web_search"})")),
+                      "tool_choice.type", "unsupported_value"));
   EXPECT_TRUE(IsError(AdaptResponses(Body(R"("x")", R"("tools":[{"type":"function","name":"a.b"}])")),
                       "tools[0].name", "invalid_value"));
   EXPECT_TRUE(IsError(AdaptResponses(Body(R"("x")", tools + R"(,"tool_choice":{"type":"function","name":"c"})")),

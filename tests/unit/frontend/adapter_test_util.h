@@ -22,9 +22,9 @@ inline const Request& Ok(const Adapted& a) {
 inline ::testing::AssertionResult IsError(const Adapted& a, std::string_view param, std::string_view code,
                                           int status = 400) {
   if (a.ok()) return ::testing::AssertionFailure() << "adapted, but an error was expected";
-  if (a.error.http_status != status || a.error.param != param || a.error.code != code) {
+  if (a.error.http_status() != status || a.error.param != param || a.error.code != code) {
     return ::testing::AssertionFailure()
-           << "got status " << a.error.http_status << " param '" << a.error.param << "' code '" << a.error.code
+           << "got status " << a.error.http_status() << " param '" << a.error.param << "' code '" << a.error.code
            << "' message: " << a.error.message;
   }
   if (a.error.message.empty()) return ::testing::AssertionFailure() << "empty error message";

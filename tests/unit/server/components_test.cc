@@ -63,14 +63,14 @@ TEST(ApiKeys, KeyFileSkipsCommentsAndBlanks) {
 }
 
 TEST(ApiErrors, StatusMapsThroughHttpStatusFor) {
-  EXPECT_EQ(ErrorFor(Api::kChat, InvalidArgument("x")).http_status, 400);
-  EXPECT_EQ(Unauthorized(Api::kChat).http_status, 401);
+  EXPECT_EQ(ErrorFor(Api::kChat, InvalidArgument("x")).http_status(), 400);
+  EXPECT_EQ(Unauthorized(Api::kChat).http_status(), 401);
   EXPECT_EQ(Unauthorized(Api::kMessages).type, "authentication_error");
   EXPECT_EQ(ModelNotFound(Api::kChat, "gpt").code, "model_not_found");
   EXPECT_EQ(ModelNotFound(Api::kMessages, "gpt").type, "not_found_error");
-  EXPECT_EQ(Overloaded(Api::kChat).http_status, 429);
-  EXPECT_EQ(Overloaded(Api::kResponses).http_status, 429);
-  EXPECT_EQ(Overloaded(Api::kMessages).http_status, 529);
+  EXPECT_EQ(Overloaded(Api::kChat).http_status(), 429);
+  EXPECT_EQ(Overloaded(Api::kResponses).http_status(), 429);
+  EXPECT_EQ(Overloaded(Api::kMessages).http_status(), 529);
   EXPECT_EQ(Overloaded(Api::kMessages).type, "overloaded_error");
   EXPECT_EQ(ApiForPath("/v1/messages"), Api::kMessages);
   EXPECT_EQ(ApiForPath("/v1/responses"), Api::kResponses);

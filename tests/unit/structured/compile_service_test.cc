@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -252,6 +254,25 @@ TEST_F(CompileServiceTest, BadWorkerAddressIsRejected) {
   CompileServiceOptions o;
   o.workers = {"no-port"};
   EXPECT_FALSE(CompileService::Create(vocab_, o).ok());
+}
+
+// Issue 12: the schema that once threw inside a compile task (std::stoul on a $ref index) gets
+// an answer, a second request for it gets the same answer (no dead flight), and the service
+// shuts down.
+TEST_F(CompileServiceTest, AHostileSchemaIsAnsweredAndDoesNotPoisonItsFlight) {
+  auto svc = std::move(CompileService::Create(vocab_, {})).value();
+  const auto spec = Schema(R"({"type":"object","properties":{"b":{"type":"array","prefixItems":[{"type":"integer"}]},)"
+                           R"("c":{"$ref":"#/properties/b/prefixItems/99999999999999999999999"}}})");
+  for (int i = 0; i < 2; ++i) {
+    std::promise<CompileResult> p;
+    svc->GetAsync(spec, [&](const CompileResult& r) { p.set_value(r); });
+    auto f = p.get_future();
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "no answer, attempt " << i;
+    const CompileResult r = f.get();
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("does not resolve"), std::string::npos) << r.status().ToString();
+  }
+  EXPECT_TRUE(svc->Get(Regex("[0-9]+")).ok());  // the service still compiles
 }
 
 }  // namespace
