@@ -35,8 +35,8 @@ namespace ladle::grammar::schema_internal {
 namespace {
 
 // Each state costs its own copy of the remaining keys' trie in the object's DFA (~3 µs of
-// compile a DFA state on MaskBench), so the budgets are small: measured in bench/grammar/
-// README.md (2026-12-02 14:00), 64/128 kept compile within ~2x of schema order.
+// compile a DFA state on MaskBench), so the budgets are small: bench/grammar/README.md
+// ("object keys in any order") measured several; 64/128 kept compile within ~2.2x of schema order.
 constexpr size_t kExactKeys = 6;           // listed keys tracked exactly at most: 2^6 subsets
 constexpr uint64_t kObjectBudget = 64;     // subset × count states of one object
 constexpr uint64_t kSchemaBudget = 128;    // ... of all any-order objects of one schema
@@ -63,7 +63,8 @@ Result<ExprId> Compiler::AnyOrderObject(const std::vector<ObjectProp>& props, Ex
   // Groups of one or two cost two states a key, about what the schema-order chain costs:
   // always allowed. Larger groups spend the object's and the schema's budget, first come
   // first served (document order), so a schema's first objects get the exact grammar.
-  const uint64_t allowed = std::max(states(std::min<size_t>(n, 2)),
+  const uint64_t free_states = states(std::min<size_t>(n, 2));
+  const uint64_t allowed = std::max(free_states,
                                     std::min(kObjectBudget, kSchemaBudget > order_states_ ? kSchemaBudget - order_states_ : 0));
   size_t k = std::min(n, kExactKeys);
   while (k > 1 && states(k) > allowed) --k;
@@ -71,7 +72,7 @@ Result<ExprId> Compiler::AnyOrderObject(const std::vector<ObjectProp>& props, Ex
     Approx(path + "/properties", "properties in schema order only (min/maxProperties: too many states for any order)");
     return CountedObject(props, extra, has_extra, min_p, max_p, path, depth);
   }
-  if (k > 1) order_states_ += states(k);
+  order_states_ += states(k) > free_states ? states(k) - free_states : 0;
   if (k < n) {
     Approx(path + "/properties",
            fmt::format("{} listed properties: any order within consecutive groups of {}, groups in schema order", n, k));

@@ -293,6 +293,36 @@ TEST(JsonKeyOrder, PastTheBoundGroupsAreSoundAndReported) {
   }
 }
 
+TEST(JsonKeyOrder, TheSchemaBudgetIsSpentInDocumentOrder) {
+  // Four 6-key objects: each exact one spends 64 - 12 states of the schema's 128 past the
+  // free two-a-key baseline, so the first two are exact and the later ones get groups.
+  std::string inner;
+  for (int i = 0; i < 6; ++i) inner += fmt::format(R"({}"k{}":{{"type":"integer"}})", i ? "," : "", i);
+  std::string props;
+  for (int o = 0; o < 4; ++o) {
+    props += fmt::format(R"({}"o{}":{{"type":"object","properties":{{{}}},"additionalProperties":false}})", o ? "," : "", o,
+                         inner);
+  }
+  Checked c = Compile(fmt::format(R"({{"type":"object","properties":{{{}}},"required":["o0","o1","o2","o3"],
+                                     "additionalProperties":false}})", props));
+  ASSERT_TRUE(c.cg);
+  auto grouped = [&](int o) {
+    for (const auto& a : c.report.approximations) {
+      if (a.path == fmt::format("/properties/o{}/properties", o) && a.what.find("groups") != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(grouped(0));
+  EXPECT_FALSE(grouped(1));
+  EXPECT_TRUE(grouped(2));
+  EXPECT_TRUE(grouped(3));
+  const std::string rev = R"({"k5":5,"k4":4,"k3":3,"k2":2,"k1":1,"k0":0})";
+  const std::string fwd = R"({"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5})";
+  EXPECT_TRUE(c.Accepts(fmt::format(R"({{"o1":{0},"o0":{0},"o2":{1},"o3":{1}}})", rev, fwd)));
+  EXPECT_FALSE(c.Accepts(fmt::format(R"({{"o0":{0},"o1":{0},"o2":{0},"o3":{1}}})", rev, fwd)));  // o2 grouped
+  EXPECT_FALSE(c.Accepts(fmt::format(R"({{"o0":{0},"o1":{0},"o2":{1},"o3":{1},"o0":{1}}})", rev, fwd)));
+}
+
 TEST(JsonKeyOrder, ManyOptionalKeysStaySmall) {
   // automaton_test's 131-property chain: past the object's state budget, groups of two (as
   // cheap as schema order: two states a key), reported; grammar and automaton stay linear.
