@@ -2,6 +2,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "ladle/core/numbers.h"
 #include "ladle/kvcache/kv_store.h"
 #include "store.h"
 
@@ -66,13 +67,13 @@ Result<std::unique_ptr<KvStore>> KvStore::Open(std::string_view uri, StoreOption
     if (colon == std::string_view::npos || plus == std::string_view::npos || plus > colon) {
       return InvalidArgument("kvcache: want ec:K+M:DIR0,...");
     }
-    unsigned k = 0, m = 0;
-    try {
-      k = static_cast<unsigned>(std::stoul(std::string(rest.substr(0, plus))));
-      m = static_cast<unsigned>(std::stoul(std::string(rest.substr(plus + 1, colon - plus - 1))));
-    } catch (...) {
-      return InvalidArgument("kvcache: bad K+M in " + std::string(uri));
+    const auto pk = ParseU64(rest.substr(0, plus));
+    const auto pm = ParseU64(rest.substr(plus + 1, colon - plus - 1));
+    // ISA-L's GF(2^8) codes take at most 255 chunks in all.
+    if (!pk || !pm || *pk == 0 || *pk > 255 || *pm > 255 || *pk + *pm > 255) {
+      return InvalidArgument("kvcache: bad K+M in " + std::string(uri) + " (K >= 1, K + M <= 255)");
     }
+    const unsigned k = static_cast<unsigned>(*pk), m = static_cast<unsigned>(*pm);
     std::vector<std::string> dirs = Split(rest.substr(colon + 1), ',');
     if (dirs.size() != k + m) {
       return InvalidArgument("kvcache: ec:" + std::to_string(k) + "+" + std::to_string(m) + " needs " +

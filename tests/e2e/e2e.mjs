@@ -296,8 +296,11 @@ await check('context overflow in each API\'s words (Claude Code and Codex compac
     assert.match(e.error?.error?.message ?? '', /^prompt is too long: \d+ tokens > \d+ maximum$/);
     assert.equal(e.error?.error?.type, 'invalid_request_error');
   });
-  await expectError(an.messages.create({ model: MODEL, max_tokens: 200000, messages: user }), 400,
-    (e) => assert.match(e.error?.error?.message ?? '', /^input length and `max_tokens` exceed context limit: \d+ \+ 200000 > \d+/));
+  // (The Anthropic SDK itself refuses non-streaming max_tokens above ~21,000, so the overflow
+  // comes from a 50K-token prompt plus 20,000.)
+  const half = [{ role: 'user', content: 'ladle '.repeat(25000) }];
+  await expectError(an.messages.create({ model: MODEL, max_tokens: 20000, messages: half }), 400,
+    (e) => assert.match(e.error?.error?.message ?? '', /^input length and `max_tokens` exceed context limit: \d+ \+ 20000 > \d+/));
   await expectError(oa.chat.completions.create({ model: MODEL, messages: user, max_tokens: 200000 }), 400,
     (e) => assert.equal(e.code, 'context_length_exceeded'));
   await expectError(oa.responses.create({ model: MODEL, input: 'ladle '.repeat(70000) }), 400,
@@ -308,7 +311,7 @@ await check('streaming: the response head arrives before the first token', async
   const t0 = performance.now();
   const res = await fetch(`${mainUrl}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
-    body: JSON.stringify({ model: MODEL, stream: true, max_tokens: 2, messages: [{ role: 'user', content: 'ladle '.repeat(6000) }] }),
+    body: JSON.stringify({ model: MODEL, stream: true, max_tokens: 2, messages: [{ role: 'user', content: 'ladle '.repeat(1500) }] }),
   });
   const tHead = performance.now() - t0;
   assert.equal(res.status, 200);
@@ -318,7 +321,7 @@ await check('streaming: the response head arrives before the first token', async
   assert.ok(!first.done);
   while (!(await reader.read()).done) { /* drain */ }
   assert.ok(tHead <= tFirst, `head ${tHead.toFixed(0)} ms, first chunk ${tFirst.toFixed(0)} ms`);
-  console.log(`     head after ${tHead.toFixed(0)} ms, first event after ${tFirst.toFixed(0)} ms (6,000-word prompt)`);
+  console.log(`     head after ${tHead.toFixed(0)} ms, first event after ${tFirst.toFixed(0)} ms (3,000-token prompt)`);
 });
 
 await check('full queue: 429 (OpenAI) / 529 (Anthropic) with Retry-After', async () => {
