@@ -1,6 +1,7 @@
 // OpenAI Chat Completions: `chat.completion.chunk` SSE frames ending in `data: [DONE]`, or one
 // `chat.completion` body. Choices are independent (n > 1 interleaves their chunks); usage is
-// one per request.
+// one per request. With meta.top_logprobs >= 0 each text chunk (and each choice of the body)
+// carries `logprobs.content` from Event::logprobs; otherwise `"logprobs":null` as always.
 #include <algorithm>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct ToolCallState {
 
 struct ChoiceState {
   std::string content, reasoning;  // only kept when not streaming
+  // Not streaming, logprobs requested: the `logprobs.content` entries so far, comma-separated.
+  std::string logprobs;
+  size_t logprob_count = 0;
   std::vector<ToolCallState> calls;
   bool finished = false;
   FinishReason finish = FinishReason::kStop;
@@ -60,24 +64,26 @@ class ChatWriter final : public ResponseWriter {
         if (e.text.empty()) return;
         if (!stream_) {
           c.reasoning += e.text;
+          KeepLogprobs(c, e);
           return;
         }
         BeginChunk(choice, out);
         json::AppendQuoted(meta_.reasoning_field, out);
         out->push_back(':');
         json::AppendQuoted(e.text, out);
-        EndChunk(nullptr, out);
+        EndChunk(nullptr, out, &e.logprobs);
         return;
       case Event::Kind::kContent:
         if (e.text.empty()) return;
         if (!stream_) {
           c.content += e.text;
+          KeepLogprobs(c, e);
           return;
         }
         BeginChunk(choice, out);
         out->append("\"content\":");
         json::AppendQuoted(e.text, out);
-        EndChunk(nullptr, out);
+        EndChunk(nullptr, out, &e.logprobs);
         return;
       case Event::Kind::kToolCallStart:
         StartCall(choice, e.tool_index, e.tool_id, e.tool_name, out);
@@ -140,6 +146,10 @@ class ChatWriter final : public ResponseWriter {
   }
 
  private:
+  void KeepLogprobs(ChoiceState& c, const Event& e) const {
+    if (meta_.top_logprobs >= 0) AppendLogprobEntries(e.logprobs, &c.logprob_count, &c.logprobs);
+  }
+
   static int FindCall(const ChoiceState& c, int parser_index) {
     for (size_t i = 0; i < c.calls.size(); ++i) {
       if (c.calls[i].parser_index == parser_index) return static_cast<int>(i);
@@ -221,8 +231,17 @@ class ChatWriter final : public ResponseWriter {
     AppendInt(choice, out);
     out->append(",\"delta\":{");
   }
-  void EndChunk(const char* finish_reason, std::string* out) {
-    out->append("},\"logprobs\":null,\"finish_reason\":");
+  // `logprobs`: the tokens this chunk's text delivers. A chunk without any (the role chunk,
+  // tool calls, the finish, or a request without logprobs) says null, as OpenAI's do.
+  void EndChunk(const char* finish_reason, std::string* out, const std::vector<TokenLogprob>* logprobs = nullptr) {
+    if (meta_.top_logprobs >= 0 && logprobs && !logprobs->empty()) {
+      out->append("},\"logprobs\":{\"content\":[");
+      size_t count = 0;
+      AppendLogprobEntries(*logprobs, &count, out);
+      out->append("],\"refusal\":null},\"finish_reason\":");
+    } else {
+      out->append("},\"logprobs\":null,\"finish_reason\":");
+    }
     if (finish_reason) {
       out->push_back('"');
       out->append(finish_reason);
@@ -275,7 +294,15 @@ class ChatWriter final : public ResponseWriter {
         }
         out->push_back(']');
       }
-      out->append("},\"logprobs\":null,\"finish_reason\":\"");
+      out->append("},\"logprobs\":");
+      if (meta_.top_logprobs >= 0) {
+        out->append("{\"content\":[");
+        out->append(c.logprobs);
+        out->append("],\"refusal\":null}");
+      } else {
+        out->append("null");
+      }
+      out->append(",\"finish_reason\":\"");
       out->append(FinishName(c));
       out->append("\"}");
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <chrono>
 #include <random>
 
@@ -35,6 +36,105 @@ void AppendQuotedOrNull(std::string_view s, std::string* out) {
     out->append("null");
   } else {
     json::AppendQuoted(s, out);
+  }
+}
+
+namespace {
+
+// Length of the well-formed UTF-8 sequence at s[i] (Unicode Table 3-7), or 0 if none starts
+// there.
+size_t Utf8SequenceAt(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t need = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    need = 2;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 3;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + need >= s.size()) return 0;  // cut short
+  for (size_t j = 1; j <= need; ++j) {
+    const auto b = static_cast<unsigned char>(s[i + j]);
+    if (b < (j == 1 ? lo : 0x80) || b > (j == 1 ? hi : 0xBF)) return 0;
+  }
+  return need + 1;
+}
+
+}  // namespace
+
+std::string LogprobTokenText(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  bool escaped = false;
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = Utf8SequenceAt(bytes, i);
+    if (n > 0) {
+      text.append(bytes.substr(i, n));
+      i += n;
+      continue;
+    }
+    const auto b = static_cast<unsigned char>(bytes[i++]);
+    text += "\\x";
+    text.push_back(kHex[b >> 4]);
+    text.push_back(kHex[b & 15]);
+    escaped = true;
+  }
+  return escaped ? "bytes:" + text : text;
+}
+
+void AppendLogprobValue(float v, std::string* out) {
+  if (!std::isfinite(v)) {
+    out->append("-9999.0");
+    return;
+  }
+  // The float's own shortest form: widening to double first would print digits the engine
+  // never computed (-0.31725305f as -0.3172530531883240).
+  char buf[32];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, p);
+}
+
+namespace {
+
+void AppendLogprobHead(std::string_view bytes, float logprob, std::string* out) {
+  out->append("{\"token\":");
+  json::AppendQuoted(LogprobTokenText(bytes), out);
+  out->append(",\"logprob\":");
+  AppendLogprobValue(logprob, out);
+  out->append(",\"bytes\":[");
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (i) out->push_back(',');
+    AppendInt(static_cast<unsigned char>(bytes[i]), out);
+  }
+  out->push_back(']');
+}
+
+}  // namespace
+
+void AppendTokenLogprob(const TokenLogprob& t, std::string* out) {
+  AppendLogprobHead(t.bytes, t.logprob, out);
+  out->append(",\"top_logprobs\":[");
+  for (size_t i = 0; i < t.top.size(); ++i) {
+    if (i) out->push_back(',');
+    AppendLogprobHead(t.top[i].bytes, t.top[i].logprob, out);
+    out->push_back('}');
+  }
+  out->append("]}");
+}
+
+void AppendLogprobEntries(const std::vector<TokenLogprob>& lps, size_t* count, std::string* out) {
+  for (const TokenLogprob& t : lps) {
+    if ((*count)++) out->push_back(',');
+    AppendTokenLogprob(t, out);
   }
 }
 
@@ -223,6 +323,7 @@ ResponseMeta MakeResponseMeta(const Request& req, int64_t created) {
   m.stream = req.stream;
   m.include_usage = req.include_usage;
   m.n = std::max(1, req.sampling.n);
+  m.top_logprobs = req.sampling.logprobs ? std::max(0, req.sampling.top_logprobs) : -1;
   if (req.api == Api::kResponses) {
     ResponsesEcho& e = m.echo;
     e.max_output_tokens = req.sampling.max_tokens;

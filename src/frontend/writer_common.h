@@ -36,6 +36,20 @@ void AppendResponsesUsage(const Usage& u, std::string* out);
 // `final` adds output_tokens_details, which only means something once generation ended.
 void AppendMessagesUsage(const Usage& u, bool final, std::string* out);
 
+// Logprobs in OpenAI's shape (Chat `logprobs.content[]` and Responses `output_text.logprobs[]`
+// share it): {"token":…,"logprob":…,"bytes":[…],"top_logprobs":[{"token","logprob","bytes"}…]}.
+// `token` is the text of the bytes; when they are not valid UTF-8 (a token that holds part of
+// a code point), OpenAI's convention: "bytes:" then every byte of each ill-formed part as
+// \xNN (valid parts stay text), while `bytes` always has the exact bytes. A logprob that is
+// not finite (-inf for a token outside the sampler's support) prints as -9999.0, OpenAI's
+// "very unlikely" value, because JSON has no infinity.
+std::string LogprobTokenText(std::string_view bytes);
+void AppendLogprobValue(float v, std::string* out);
+void AppendTokenLogprob(const TokenLogprob& t, std::string* out);
+// The entries, comma-separated and without brackets, after `*count` earlier ones (so a writer
+// can keep one growing list); *count grows by lps.size().
+void AppendLogprobEntries(const std::vector<TokenLogprob>& lps, size_t* count, std::string* out);
+
 // True for the finishes that end in an error rather than a response.
 inline bool IsFailure(FinishReason r) { return r == FinishReason::kError || r == FinishReason::kCancelled; }
 // The message clients see for a failed finish: e.text, or a generic one.
@@ -71,6 +85,8 @@ struct OutputItem {
   std::string call_id;  // tool call id
   std::string name;     // tool name
   std::string signature;  // thinking block signature (Messages)
+  std::string logprobs;   // Responses output_text: logprob entries so far, comma-separated
+  size_t logprob_count = 0;
   int tool_index = -1;  // the parser's tool index
   bool closed = false;
 };

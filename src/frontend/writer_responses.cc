@@ -41,12 +41,20 @@ class ResponsesWriter final : public ResponseWriter {
         OutputItem* item = items_.open();
         if (!item || item->kind != kind) item = &OpenItem(kind, -1, "", "", out);
         item->text += e.text;
+        // Only output_text has logprobs in this API; reasoning tokens are not reported.
+        const bool logprobs = kind == Kind::kText && meta_.top_logprobs >= 0;
+        if (logprobs) AppendLogprobEntries(e.logprobs, &item->logprob_count, &item->logprobs);
         if (!stream_) return;
         BeginEvent(kind == Kind::kReasoning ? "response.reasoning_text.delta" : "response.output_text.delta", out);
         AppendItemRef(*item, out);
         out->append(",\"content_index\":0,\"delta\":");
         json::AppendQuoted(e.text, out);
-        if (kind == Kind::kText) out->append(",\"logprobs\":[]");
+        if (kind == Kind::kText) {
+          out->append(",\"logprobs\":[");
+          size_t count = 0;
+          if (logprobs) AppendLogprobEntries(e.logprobs, &count, out);
+          out->push_back(']');
+        }
         EndEvent(out);
         return;
       }
@@ -160,7 +168,7 @@ class ResponsesWriter final : public ResponseWriter {
       BeginEvent("response.content_part.added", out);
       AppendItemRef(item, out);
       out->append(",\"content_index\":0,\"part\":");
-      AppendPart(kind, "", out);
+      AppendPart(kind, "", "", out);
       EndEvent(out);
     }
     return item;
@@ -186,12 +194,16 @@ class ResponsesWriter final : public ResponseWriter {
         AppendItemRef(*item, out);
         out->append(",\"content_index\":0,\"text\":");
         json::AppendQuoted(item->text, out);
-        if (item->kind == Kind::kText) out->append(",\"logprobs\":[]");
+        if (item->kind == Kind::kText) {
+          out->append(",\"logprobs\":[");
+          out->append(item->logprobs);
+          out->push_back(']');
+        }
         EndEvent(out);
         BeginEvent("response.content_part.done", out);
         AppendItemRef(*item, out);
         out->append(",\"content_index\":0,\"part\":");
-        AppendPart(item->kind, item->text, out);
+        AppendPart(item->kind, item->text, item->logprobs, out);
         EndEvent(out);
       }
       BeginEvent("response.output_item.done", out);
@@ -224,7 +236,8 @@ class ResponsesWriter final : public ResponseWriter {
     AppendInt(static_cast<int64_t>(&item - items_.items().data()), out);
   }
 
-  static void AppendPart(Kind kind, std::string_view text, std::string* out) {
+  // `logprobs`: the part's output_text.logprobs entries, comma-separated ("" → []).
+  static void AppendPart(Kind kind, std::string_view text, std::string_view logprobs, std::string* out) {
     if (kind == Kind::kReasoning) {
       out->append("{\"type\":\"reasoning_text\",\"text\":");
       json::AppendQuoted(text, out);
@@ -232,7 +245,9 @@ class ResponsesWriter final : public ResponseWriter {
     } else {
       out->append("{\"type\":\"output_text\",\"text\":");
       json::AppendQuoted(text, out);
-      out->append(",\"annotations\":[],\"logprobs\":[]}");
+      out->append(",\"annotations\":[],\"logprobs\":[");
+      out->append(logprobs);
+      out->append("]}");
     }
   }
 
@@ -243,12 +258,12 @@ class ResponsesWriter final : public ResponseWriter {
     switch (item.kind) {
       case Kind::kReasoning:
         out->append(",\"type\":\"reasoning\",\"summary\":[],\"content\":[");
-        if (with_content) AppendPart(item.kind, item.text, out);
+        if (with_content) AppendPart(item.kind, item.text, item.logprobs, out);
         out->push_back(']');
         break;
       case Kind::kText:
         out->append(",\"type\":\"message\",\"role\":\"assistant\",\"content\":[");
-        if (with_content) AppendPart(item.kind, item.text, out);
+        if (with_content) AppendPart(item.kind, item.text, item.logprobs, out);
         out->push_back(']');
         break;
       case Kind::kToolCall:

@@ -1,5 +1,9 @@
 #include "generation.h"
 
+#include <algorithm>
+#include <span>
+#include <string_view>
+
 namespace ladle::server {
 
 using frontend::Event;
@@ -36,6 +40,10 @@ Result<std::unique_ptr<Generation>> Generation::Create(frontend::ModelVersion ve
     g->samples_.push_back(std::move(s));
   }
   g->usage_.prompt_tokens = prompt_tokens;
+  if (meta.top_logprobs >= 0 && meta.api != frontend::Api::kMessages) {
+    g->tok_ = tok;
+    g->top_logprobs_ = meta.top_logprobs;
+  }
   return g;
 }
 
@@ -47,10 +55,89 @@ void Generation::Begin(std::string* bytes) {
   writer_->AppendBegin(prompt, bytes);
 }
 
+namespace {
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+
+int TrackOf(Event::Kind k) {
+  if (k == Event::Kind::kReasoning) return 0;
+  if (k == Event::Kind::kContent) return 1;
+  return -1;
+}
+
+// Appends `e`, joining it to the last event when both are text of the same kind (the parser's
+// output is the same under any chunking, so per-token pushes rejoin into the usual events).
+void AppendJoined(Event e, std::vector<Event>* events) {
+  if (!events->empty() && TrackOf(e.kind) >= 0 && events->back().kind == e.kind) {
+    events->back().text += e.text;
+    return;
+  }
+  events->push_back(std::move(e));
+}
+
+}  // namespace
+
+frontend::TokenLogprob Generation::LogprobFor(const engine::TokenEvent& t) const {
+  frontend::TokenLogprob lp;
+  // An id outside the vocabulary decodes to nothing; its number is still the engine's.
+  if (auto b = tok_->Decode(std::span(&t.token, 1)); b.ok()) lp.bytes = std::move(b).value();
+  lp.logprob = t.logprob;
+  const size_t k = std::min(t.top_logprobs.size(), static_cast<size_t>(top_logprobs_));
+  lp.top.reserve(k);
+  for (size_t i = 0; i < k; ++i) {
+    frontend::TopLogprob& top = lp.top.emplace_back();
+    if (auto b = tok_->Decode(std::span(&t.top_logprobs[i].first, 1)); b.ok()) top.bytes = std::move(b).value();
+    top.logprob = t.top_logprobs[i].second;
+  }
+  return lp;
+}
+
+// Mirrors StopFilter::Push's UTF-8 repair: a sequence left incomplete when its run of text
+// ends becomes one U+FFFD in that run.
+void Generation::CountParsed(Sample& s, const std::vector<Event>& events) {
+  for (const Event& e : events) {
+    const int track = TrackOf(e.kind);
+    if (!s.utf8_tail.empty() && track != s.tail_track) {
+      s.tracks[s.tail_track].in += static_cast<int64_t>(kReplacement.size());
+      s.utf8_tail.clear();
+    }
+    if (track < 0) continue;
+    std::string valid;
+    StopFilter::RepairUtf8(e.text, &s.utf8_tail, &valid);
+    s.tracks[track].in += static_cast<int64_t>(valid.size());
+    s.tail_track = track;
+  }
+}
+
+std::vector<Event> Generation::PushWithLogprobs(Sample& s, const engine::Output& out, size_t begin, size_t end) {
+  std::vector<Event> joined;
+  for (size_t i = begin; i < end; ++i) {
+    const engine::TokenEvent& t = out.tokens[i];
+    const int64_t reasoning_before = s.parser->reasoning_tokens();
+    std::vector<Event> events = s.parser->Push(std::span(&t.token, 1));
+    // The parser counts the ids it consumed while reasoning: that says the token's stream.
+    TextTrack& track = s.tracks[s.parser->reasoning_tokens() > reasoning_before ? 0 : 1];
+    track.pending.push_back({track.in, LogprobFor(t)});
+    CountParsed(s, events);
+    for (auto& e : events) AppendJoined(std::move(e), &joined);
+  }
+  return joined;
+}
+
 void Generation::Emit(int index, std::vector<Event> events, std::string* bytes) {
+  Sample& s = samples_[index];
   std::vector<Event> filtered;
-  for (auto& e : events) samples_[index].filter->Push(std::move(e), &filtered);
-  for (const auto& e : filtered) {
+  for (auto& e : events) s.filter->Push(std::move(e), &filtered);
+  for (auto& e : filtered) {
+    if (const int track = TrackOf(e.kind); tok_ && track >= 0) {
+      // The tokens whose text starts before what has now gone out ride on this event.
+      TextTrack& t = s.tracks[track];
+      t.out += static_cast<int64_t>(e.text.size());
+      while (!t.pending.empty() && t.pending.front().start < t.out) {
+        e.logprobs.push_back(std::move(t.pending.front().logprob));
+        t.pending.pop_front();
+      }
+    }
     if (e.kind == Event::Kind::kFinish && index == 0) finish_name_ = frontend::FinishReasonName(e.finish);
     writer_->AppendEvent(e, index, bytes);
   }
@@ -61,6 +148,7 @@ void Generation::FinishSample(int index, FinishReason reason, const std::string&
   if (s.finished) return;
   s.finished = true;
   auto events = s.parser->Finish(reason);
+  if (tok_) CountParsed(s, events);
   // The engine's stop string (or error message) travels in the kFinish text.
   for (auto& e : events) {
     if (e.kind == Event::Kind::kFinish && !text.empty() && e.text.empty()) e.text = text;
@@ -83,11 +171,16 @@ void Generation::Consume(const engine::Output& out, std::string* bytes) {
   std::vector<tokenizer::TokenId> ids;
   for (size_t i = 0; i < out.tokens.size();) {
     const int index = out.tokens[i].index;
+    const size_t begin = i;
     ids.clear();
     while (i < out.tokens.size() && out.tokens[i].index == index) ids.push_back(out.tokens[i++].token);
     if (index < 0 || index >= static_cast<int>(samples_.size()) || samples_[index].finished) continue;
     usage_.completion_tokens += static_cast<int64_t>(ids.size());
-    Emit(index, samples_[index].parser->Push(ids), bytes);
+    if (tok_) {
+      Emit(index, PushWithLogprobs(samples_[index], out, begin, i), bytes);
+    } else {
+      Emit(index, samples_[index].parser->Push(ids), bytes);
+    }
   }
   if (out.finished && out.finished_index >= 0 && out.finished_index < static_cast<int>(samples_.size())) {
     const std::string& text = out.finish == engine::FinishKind::kStopString ? out.stop_matched : out.error;

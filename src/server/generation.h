@@ -1,10 +1,20 @@
 // One generation request's output path, independent of sockets: engine Outputs → one
 // StreamParser per sample → StopFilter → the API's ResponseWriter → bytes to send. Lives on
 // the connection's strand; never touched by the engine thread. Internal to the server.
+//
+// Logprobs (meta.top_logprobs >= 0): each text event the writer gets carries the engine's
+// logprobs of the tokens whose text it delivers (Event::logprobs). The parser and the stop
+// filter only see text, so the ids go to the parser one at a time (chunking never changes
+// its output) and each token is placed in the reasoning or content text at the offset its
+// text starts at; once the stop filter has let text past that offset through, the token rides
+// on the event that did. A token whose text never gets through (markers, tool-call syntax,
+// EOS, a stop string) is reported nowhere.
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,17 +54,40 @@ class Generation {
   std::string_view finish_name() const { return finish_name_; }
 
  private:
+  // One of a sample's two text streams (reasoning, content), measured in the bytes the stop
+  // filter works on (after its UTF-8 repair).
+  struct TextTrack {
+    struct Pending {
+      int64_t start;  // where the token's text starts in this stream
+      frontend::TokenLogprob logprob;
+    };
+    int64_t in = 0;   // bytes the parser produced so far
+    int64_t out = 0;  // bytes the stop filter let through so far
+    std::deque<Pending> pending;
+  };
   struct Sample {
     std::unique_ptr<frontend::StreamParser> parser;
     std::unique_ptr<StopFilter> filter;
     bool finished = false;
+    // Logprobs only. tracks[0] reasoning, tracks[1] content; utf8_tail mirrors the filter's
+    // held incomplete sequence so `in` counts what the filter will pass on.
+    TextTrack tracks[2];
+    std::string utf8_tail;
+    int tail_track = 1;
   };
   Generation() = default;
   void Begin(std::string* bytes);
   void Emit(int index, std::vector<frontend::Event> events, std::string* bytes);
   void FinishSample(int index, frontend::FinishReason reason, const std::string& text, std::string* bytes);
+  // Logprobs: feeds `ids` one at a time, queueing each token's logprob on its track.
+  std::vector<frontend::Event> PushWithLogprobs(Sample& s, const engine::Output& out, size_t begin, size_t end);
+  // Logprobs: advances the tracks' `in` by the text of parser events (as the filter repairs it).
+  static void CountParsed(Sample& s, const std::vector<frontend::Event>& events);
+  frontend::TokenLogprob LogprobFor(const engine::TokenEvent& t) const;
 
   std::unique_ptr<frontend::ResponseWriter> writer_;
+  std::optional<tokenizer::Tokenizer> tok_;  // set when logprobs were requested
+  int top_logprobs_ = -1;
   std::vector<Sample> samples_;
   frontend::Usage usage_;
   bool begun_ = false, done_ = false;

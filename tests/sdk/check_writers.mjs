@@ -470,6 +470,54 @@ await check('chat_n2/chat stream', async () => {
 });
 await check('chat_n2/chat body', async () => checkN2(await openaiFor('chat_n2').chat.completions.create({ ...CHAT_PARAMS, n: 2 })));
 
+// Logprobs: the SDKs' accumulators rebuild the full list from the chunks; Chat reports the
+// reasoning token too (as vLLM does), Responses only output_text's.
+const LP = [
+  { token: 'Hm', logprob: -0.5, bytes: [72, 109], top: [['Hm', -0.5], ['Ok', -1.5]] },
+  { token: 'Hi', logprob: -0.25, bytes: [72, 105], top: [['Hi', -0.25], ['Hey', -2]] },
+  { token: ' ', logprob: -0.125, bytes: [32], top: [[' ', -0.125], ['!', -3]] },
+  { token: 'bytes:\\xf0\\x9f', logprob: -1, bytes: [240, 159], top: [['bytes:\\xf0\\x9f', -1], ['bytes:\\xf0', -4]] },
+  { token: 'bytes:\\x98\\x80', logprob: 0, bytes: [152, 128], top: [['bytes:\\x98\\x80', 0], ['bytes:\\x98', -5]] },
+];
+function checkLogprobList(list, expected) {
+  assert.equal(list.length, expected.length);
+  list.forEach((t, i) => {
+    const ex = expected[i];
+    assert.equal(t.token, ex.token);
+    assert.equal(t.logprob, ex.logprob);
+    assert.deepEqual(t.bytes, ex.bytes);
+    assert.deepEqual(t.top_logprobs.map((a) => [a.token, a.logprob]), ex.top);
+  });
+  // The bytes rebuild the text even where a token holds part of a code point.
+  return Buffer.from(list.flatMap((t) => t.bytes)).toString('utf8');
+}
+await check('logprobs/chat stream', async () => {
+  const stream = openaiFor('logprobs').chat.completions.stream({ ...CHAT_PARAMS, logprobs: true, top_logprobs: 2 });
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      if (!c.delta?.content && !c.delta?.reasoning_content) assert.equal(c.logprobs ?? null, null);
+    }
+  }
+  const done = await stream.finalChatCompletion();
+  assert.equal(done.choices[0].message.content, 'Hi 😀');
+  assert.equal(checkLogprobList(done.choices[0].logprobs.content, LP), 'HmHi 😀');
+});
+await check('logprobs/chat body', async () => {
+  const done = await openaiFor('logprobs').chat.completions.create({ ...CHAT_PARAMS, logprobs: true, top_logprobs: 2 });
+  assert.equal(done.choices[0].logprobs.refusal, null);
+  assert.equal(checkLogprobList(done.choices[0].logprobs.content, LP), 'HmHi 😀');
+});
+for (const stream of [true, false]) {
+  await check(`logprobs/responses ${stream ? 'stream' : 'body'}`, async () => {
+    const params = { ...RESPONSES_PARAMS, include: ['message.output_text.logprobs'], top_logprobs: 2 };
+    const resp = stream ? await openaiFor('logprobs').responses.stream(params).finalResponse()
+      : await openaiFor('logprobs').responses.create(params);
+    const part = resp.output.find((o) => o.type === 'message').content[0];
+    assert.equal(part.text, 'Hi 😀');
+    assert.equal(checkLogprobList(part.logprobs, LP.slice(1)), 'Hi 😀');
+  });
+}
+
 server.close();
 const versions = ['openai', '@anthropic-ai/sdk'].map((p) =>
   `${p}@${JSON.parse(fs.readFileSync(new URL(`./node_modules/${p}/package.json`, import.meta.url))).version}`);

@@ -71,7 +71,16 @@ struct Scenario {
   Usage usage;
   int n = 1;
   bool chat_only = false;
+  int top_logprobs = -1;  // >= 0: the request asked for logprobs
 };
+
+Event WithLogprobs(Event e, std::vector<ladle::frontend::TokenLogprob> lps) {
+  e.logprobs = std::move(lps);
+  return e;
+}
+ladle::frontend::TokenLogprob Lp(std::string bytes, float v, std::string alt, float alt_v) {
+  return {.bytes = bytes, .logprob = v, .top = {{.bytes = bytes, .logprob = v}, {.bytes = alt, .logprob = alt_v}}};
+}
 
 std::vector<Scenario> Scenarios() {
   std::vector<Scenario> s;
@@ -139,6 +148,16 @@ std::vector<Scenario> Scenarios() {
   n2.n = 2;
   n2.chat_only = true;
   s.push_back(std::move(n2));
+  // Logprobs (k = 2) on reasoning and content, one token a partial code point ("😀" in two).
+  Scenario lp{"logprobs",
+              {{0, WithLogprobs(Reasoning("Hm"), {Lp("Hm", -0.5f, "Ok", -1.5f)})},
+               {0, WithLogprobs(Content("Hi "), {Lp("Hi", -0.25f, "Hey", -2.0f), Lp(" ", -0.125f, "!", -3.0f)})},
+               {0, WithLogprobs(Content("\xF0\x9F\x98\x80"),
+                                {Lp("\xF0\x9F", -1.0f, "\xF0", -4.0f), Lp("\x98\x80", 0.0f, "\x98", -5.0f)})},
+               {0, Finish(FinishReason::kStop)}},
+              {4, 5, 0, 1}};
+  lp.top_logprobs = 2;
+  s.push_back(std::move(lp));
   return s;
 }
 
@@ -156,6 +175,7 @@ ladle::frontend::ResponseMeta Meta(Api api, const Scenario& sc, bool stream) {
   m.include_usage = true;
   m.system_fingerprint = "fp_ladle";
   m.n = sc.n;
+  m.top_logprobs = sc.top_logprobs;
   m.echo.temperature = 0.6;
   m.echo.max_output_tokens = 256;
   return m;

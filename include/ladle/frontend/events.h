@@ -4,8 +4,22 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ladle::frontend {
+
+// One alternative at a token position (top_logprobs).
+struct TopLogprob {
+  std::string bytes;  // the token's exact bytes (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+};
+
+// The engine's logprob for one generated token, carried by the event that delivers its text.
+struct TokenLogprob {
+  std::string bytes;  // the token's exact bytes (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+  std::vector<TopLogprob> top;  // the k most likely tokens, best first; empty for k = 0
+};
 
 enum class FinishReason : uint8_t {
   kStop,       // end-of-sentence token or a stop string/id
@@ -33,6 +47,12 @@ struct Event {
   // kFinish only: output that looked like a tool call but could not be parsed was
   // returned as content instead (the reason is kept for logs and clients).
   bool malformed = false;
+  // kContent / kReasoning, only when the request asked for logprobs: the tokens whose text
+  // this event delivers (the first bytes of a token's text decide the event it rides on), in
+  // generation order. A token whose text is never shown (markers, tool-call syntax, EOS,
+  // text cut by a stop string) rides on no event. Filled by the server after stop-string
+  // filtering (src/server/generation.cc); the parser never sets it.
+  std::vector<TokenLogprob> logprobs;
 };
 
 // Token accounting for usage blocks.

@@ -64,6 +64,12 @@ struct ResponseMeta {
   std::string reasoning_field = "reasoning_content";  // Chat: the reasoning delta/message field
   std::string system_fingerprint;                     // Chat: "" → null
   int n = 1;                                          // Chat: number of choices
+  // Logprobs: -1 when the request did not ask for them (Chat then prints `"logprobs":null`,
+  // Responses `"logprobs":[]`, byte for byte as without this feature); otherwise the number
+  // of alternatives per token (0..20). The values ride on Event::logprobs: Chat reports the
+  // tokens of content and reasoning events in `logprobs.content` (as vLLM does), Responses
+  // those of output_text only. See docs/response_formats.md.
+  int top_logprobs = -1;
   ResponsesEcho echo;                                 // Responses only
 };
 

@@ -1,6 +1,8 @@
 // Chat Completions writer: chunk order and shapes, the non-streaming body, n > 1, failures.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "frontend/writer_test_util.h"
 
 namespace ladle::frontend {
@@ -232,6 +234,125 @@ TEST(ChatWriter, ToolCallsFinishOnlyForAParsedCall) {
   EXPECT_EQ(At(At(At(At(b, "choices"), 0), "message"), "tool_calls").as_array().size(), 1u);
 }
 
+// Logprobs. Values are exact in binary so their shortest form is predictable.
+TokenLogprob Lp(std::string bytes, float logprob, std::vector<TopLogprob> top = {}) {
+  return TokenLogprob{.bytes = std::move(bytes), .logprob = logprob, .top = std::move(top)};
+}
+Event WithLogprobs(Event e, std::vector<TokenLogprob> lps) {
+  e.logprobs = std::move(lps);
+  return e;
+}
+// Reasoning "Hm" (one token), content "Hi" (two tokens, k = 1) and "é" (two partial tokens).
+std::vector<Event> LogprobEvents() {
+  return {WithLogprobs(Reasoning("Hm"), {Lp("Hm", -0.5f, {{"Hm", -0.5f}})}),
+          WithLogprobs(Content("Hi"), {Lp("H", -0.25f, {{"H", -0.25f}}), Lp("i", 0.0f, {{"i", 0.0f}})}),
+          WithLogprobs(Content("\xC3\xA9"), {Lp("\xC3", -1.5f, {{"\xC3", -1.5f}}),
+                                             Lp("\xA9", -std::numeric_limits<float>::infinity(), {{"\xA9", -2.0f}})}),
+          Finish(FinishReason::kStop)};
+}
+
+TEST(ChatWriter, StreamLogprobsRideOnTheirChunks) {
+  ResponseMeta meta = TestMeta(Api::kChat, true);
+  meta.top_logprobs = 1;
+  std::string bytes = Drive(meta, LogprobEvents());
+  std::vector<Frame> f = SplitSse(bytes);
+  ASSERT_EQ(f.size(), 7u);  // role, reasoning, 2 content, finish, usage, [DONE]
+  const std::string envelope =
+      "data: {\"id\":\"chatcmpl-abc\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+      "\"model\":\"deepseek-v3.2\",\"system_fingerprint\":\"fp_test\",\"choices\":[{\"index\":0,";
+  std::vector<std::string> chunks;
+  for (size_t pos = 0; pos < bytes.size();) {
+    size_t end = bytes.find("\n\n", pos) + 2;
+    chunks.push_back(bytes.substr(pos, end - pos));
+    pos = end;
+  }
+  EXPECT_EQ(chunks[0], envelope + "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                                  "\"finish_reason\":null}]}\n\n");
+  EXPECT_EQ(chunks[1], envelope + "\"delta\":{\"reasoning_content\":\"Hm\"},\"logprobs\":{\"content\":[{\"token\":"
+                                  "\"Hm\",\"logprob\":-0.5,\"bytes\":[72,109],\"top_logprobs\":[{\"token\":\"Hm\","
+                                  "\"logprob\":-0.5,\"bytes\":[72,109]}]}],\"refusal\":null},\"finish_reason\":null}]}\n\n");
+  EXPECT_EQ(chunks[2], envelope + "\"delta\":{\"content\":\"Hi\"},\"logprobs\":{\"content\":[{\"token\":\"H\","
+                                  "\"logprob\":-0.25,\"bytes\":[72],\"top_logprobs\":[{\"token\":\"H\",\"logprob\":-0.25,"
+                                  "\"bytes\":[72]}]},{\"token\":\"i\",\"logprob\":0,\"bytes\":[105],\"top_logprobs\":"
+                                  "[{\"token\":\"i\",\"logprob\":0,\"bytes\":[105]}]}],\"refusal\":null},"
+                                  "\"finish_reason\":null}]}\n\n");
+  // A partial code point: "bytes:" and \xNN in `token`, the exact bytes in `bytes`; -inf
+  // prints as -9999.0.
+  EXPECT_EQ(chunks[3], envelope + "\"delta\":{\"content\":\"\xC3\xA9\"},\"logprobs\":{\"content\":[{\"token\":"
+                                  "\"bytes:\\\\xc3\",\"logprob\":-1.5,\"bytes\":[195],\"top_logprobs\":[{\"token\":"
+                                  "\"bytes:\\\\xc3\",\"logprob\":-1.5,\"bytes\":[195]}]},{\"token\":\"bytes:\\\\xa9\","
+                                  "\"logprob\":-9999.0,\"bytes\":[169],\"top_logprobs\":[{\"token\":\"bytes:\\\\xa9\","
+                                  "\"logprob\":-2,\"bytes\":[169]}]}],\"refusal\":null},\"finish_reason\":null}]}\n\n");
+  EXPECT_EQ(chunks[4], envelope + "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\n");
+}
+
+TEST(ChatWriter, BodyLogprobsListEveryReportedToken) {
+  ResponseMeta meta = TestMeta(Api::kChat, false);
+  meta.top_logprobs = 0;
+  std::vector<Event> events = LogprobEvents();
+  for (Event& e : events) {
+    for (TokenLogprob& t : e.logprobs) t.top.clear();  // k = 0: the engine sends no alternatives
+  }
+  std::string body = Drive(meta, events);
+  EXPECT_NE(body.find("\"message\":{\"role\":\"assistant\",\"content\":\"Hi\xC3\xA9\",\"reasoning_content\":\"Hm\"},"
+                      "\"logprobs\":{\"content\":[{\"token\":\"Hm\",\"logprob\":-0.5,\"bytes\":[72,109],"
+                      "\"top_logprobs\":[]},{\"token\":\"H\",\"logprob\":-0.25,\"bytes\":[72],\"top_logprobs\":[]},"
+                      "{\"token\":\"i\",\"logprob\":0,\"bytes\":[105],\"top_logprobs\":[]},{\"token\":\"bytes:\\\\xc3\","
+                      "\"logprob\":-1.5,\"bytes\":[195],\"top_logprobs\":[]},{\"token\":\"bytes:\\\\xa9\",\"logprob\":"
+                      "-9999.0,\"bytes\":[169],\"top_logprobs\":[]}],\"refusal\":null},\"finish_reason\":\"stop\"}"),
+            std::string::npos)
+      << body;
+  ParseBody(body);
+  // A turn with no text still says logprobs were asked for.
+  json::Value calls = ParseBody(Drive(meta, TextThenTwoTools()));
+  EXPECT_EQ(json::Dump(At(At(At(calls, "choices"), 0), "logprobs")), "{\"content\":[],\"refusal\":null}");
+}
+
+TEST(ChatWriter, WithoutLogprobsTheBytesAreUnchanged) {
+  // Logprobs on the events but not asked for (meta.top_logprobs -1): every byte as before.
+  for (bool stream : {true, false}) {
+    std::vector<Event> plain = LogprobEvents();
+    for (Event& e : plain) e.logprobs.clear();
+    std::string with = Drive(TestMeta(Api::kChat, stream), LogprobEvents());
+    EXPECT_EQ(with, Drive(TestMeta(Api::kChat, stream), plain));
+    EXPECT_EQ(with.find("\"logprobs\":{"), std::string::npos);
+    EXPECT_NE(with.find("\"logprobs\":null"), std::string::npos);
+  }
+}
+
+TEST(ChatWriter, LogprobTokenTextKeepsValidPartsAndEscapesTheRest) {
+  ResponseMeta meta = TestMeta(Api::kChat, false);
+  meta.top_logprobs = 0;
+  auto w = MakeResponseWriter(meta);
+  std::string body = w->Begin();
+  // " é" then a lone lead byte, a stray continuation and an overlong C0: each bad byte escaped.
+  body += w->OnEvent(WithLogprobs(Content("x"), {Lp(" \xC3\xA9\xE2\x80", -1.0f), Lp("\xC0\x80", -1.0f)}));
+  body += w->OnEvent(Finish(FinishReason::kStop));
+  body += w->End(TestUsage());
+  json::Value lp = At(At(At(ParseBody(body), "choices"), 0), "logprobs");
+  EXPECT_EQ(Str(At(At(At(lp, "content"), 0), "token")), "bytes: \xC3\xA9\\xe2\\x80");
+  EXPECT_EQ(json::Dump(At(At(At(lp, "content"), 0), "bytes")), "[32,195,169,226,128]");
+  EXPECT_EQ(Str(At(At(At(lp, "content"), 1), "token")), "bytes:\\xc0\\x80");
+}
+
+TEST(ChatWriter, TwoChoicesEachGetTheirOwnLogprobs) {
+  ResponseMeta meta = TestMeta(Api::kChat, false);
+  meta.n = 2;
+  meta.top_logprobs = 0;
+  auto w = MakeResponseWriter(meta);
+  std::string body = w->Begin();
+  body += w->OnEvent(WithLogprobs(Content("a"), {Lp("a", -1.0f)}), 0);
+  body += w->OnEvent(WithLogprobs(Content("b"), {Lp("b", -2.0f)}), 1);
+  body += w->OnEvent(Finish(FinishReason::kStop), 0);
+  body += w->OnEvent(Finish(FinishReason::kStop), 1);
+  body += w->End(TestUsage());
+  json::Value v = ParseBody(body);
+  EXPECT_EQ(json::Dump(At(At(At(v, "choices"), 0), "logprobs")),
+            "{\"content\":[{\"token\":\"a\",\"logprob\":-1,\"bytes\":[97],\"top_logprobs\":[]}],\"refusal\":null}");
+  EXPECT_EQ(json::Dump(At(At(At(v, "choices"), 1), "logprobs")),
+            "{\"content\":[{\"token\":\"b\",\"logprob\":-2,\"bytes\":[98],\"top_logprobs\":[]}],\"refusal\":null}");
+}
+
 TEST(ResponseMetaTest, NewIdsHaveTheApiPrefix) {
   EXPECT_TRUE(NewResponseId(Api::kChat).starts_with("chatcmpl-"));
   EXPECT_TRUE(NewResponseId(Api::kResponses).starts_with("resp_"));
@@ -254,6 +375,11 @@ TEST(ResponseMetaTest, FromRequest) {
   EXPECT_TRUE(m.stream);
   EXPECT_TRUE(m.include_usage);
   EXPECT_EQ(m.n, 3);
+  EXPECT_EQ(m.top_logprobs, -1);
+  req.sampling.logprobs = true;
+  EXPECT_EQ(MakeResponseMeta(req, 123).top_logprobs, 0);
+  req.sampling.top_logprobs = 5;
+  EXPECT_EQ(MakeResponseMeta(req, 123).top_logprobs, 5);
 }
 
 }  // namespace

@@ -226,5 +226,50 @@ TEST(ResponsesWriter, EchoesRequestSettings) {
   EXPECT_TRUE(At(r, "top_p").is_null());
 }
 
+// output_text.logprobs: the delta carries its tokens, the done event and the part all of them;
+// reasoning tokens are not reported (reasoning_text has no logprobs in this API).
+TEST(ResponsesWriter, OutputTextLogprobs) {
+  auto lp = [](std::string bytes, float v) {
+    return TokenLogprob{.bytes = bytes, .logprob = v, .top = {TopLogprob{.bytes = bytes, .logprob = v}}};
+  };
+  std::vector<Event> events = ReasoningThenText();
+  events[0].logprobs = {lp("Think", -1.0f)};
+  events[2].logprobs = {lp("Hel", -0.5f)};
+  events[3].logprobs = {lp("lo", -0.25f)};
+  ResponseMeta meta = TestMeta(Api::kResponses, true);
+  meta.top_logprobs = 1;
+  std::vector<Frame> f = SplitSse(Drive(meta, events));
+  ExpectWellFormed(f);
+  const std::string hel =
+      "{\"token\":\"Hel\",\"logprob\":-0.5,\"bytes\":[72,101,108],\"top_logprobs\":[{\"token\":\"Hel\",\"logprob\":-0.5,"
+      "\"bytes\":[72,101,108]}]}";
+  const std::string lo =
+      "{\"token\":\"lo\",\"logprob\":-0.25,\"bytes\":[108,111],\"top_logprobs\":[{\"token\":\"lo\",\"logprob\":-0.25,"
+      "\"bytes\":[108,111]}]}";
+  int deltas = 0, done = 0;
+  for (const Frame& fr : f) {
+    if (fr.event == "response.reasoning_text.delta") {
+      EXPECT_EQ(fr.json.Find("logprobs"), nullptr);
+    }
+    if (fr.event == "response.output_text.delta") {
+      EXPECT_NE(fr.data.find("\"logprobs\":[" + (deltas++ == 0 ? hel : lo) + "]"), std::string::npos) << fr.data;
+    }
+    if (fr.event == "response.output_text.done") {
+      ++done;
+      EXPECT_NE(fr.data.find("\"logprobs\":[" + hel + "," + lo + "]"), std::string::npos) << fr.data;
+    }
+  }
+  EXPECT_EQ(deltas, 2);
+  EXPECT_EQ(done, 1);
+  meta.stream = false;
+  std::string body = Drive(meta, events);
+  EXPECT_NE(body.find("\"annotations\":[],\"logprobs\":[" + hel + "," + lo + "]}"), std::string::npos) << body;
+  // Not asked for: [] as before, whatever the events carry.
+  meta.top_logprobs = -1;
+  std::string plain = Drive(meta, events);
+  EXPECT_NE(plain.find("\"annotations\":[],\"logprobs\":[]}"), std::string::npos);
+  EXPECT_EQ(plain.find("\"token\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ladle::frontend

@@ -1,7 +1,8 @@
 // A fake engine::Engine for the server tests: every request streams a fixed token script,
 // one token per sample per tick, on the fake's own thread (as the real engine delivers on its
 // thread). Finishes with kLength at max_tokens or kEos at the script's end; Cancel finishes
-// with kCancelled on the next tick. Counts what it saw so tests can assert on it.
+// with kCancelled on the next tick. Counts what it saw so tests can assert on it. With
+// top_logprobs >= 0 each token carries deterministic logprobs (see Loop).
 #pragma once
 
 #include <atomic>
@@ -110,6 +111,14 @@ class FakeEngine : public engine::Engine {
               engine::TokenEvent t;
               t.index = static_cast<int>(i);
               t.token = script_[j.emitted[i]];
+              if (j.sampling.top_logprobs >= 0) {
+                // Deterministic and exact in binary: -1/8 per position, -1 per sample index;
+                // the alternatives are the next ids, 1 less likely each (the first is the pick).
+                t.logprob = -0.125f * static_cast<float>(j.emitted[i] + 1) - static_cast<float>(i);
+                for (int k = 0; k < j.sampling.top_logprobs; ++k) {
+                  t.top_logprobs.emplace_back(t.token + static_cast<engine::TokenId>(k), t.logprob - static_cast<float>(k));
+                }
+              }
               o.tokens.push_back(t);
               ++j.emitted[i];
               ++generated_;
