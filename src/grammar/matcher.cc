@@ -402,6 +402,110 @@ struct GrammarMatcher::Impl {
     return best;
   }
 
+  std::string_view SortedBytes(uint32_t pos) const {
+    return std::string_view(v.sorted_blob).substr(v.sorted_off[pos], v.sorted_off[pos + 1] - v.sorted_off[pos]);
+  }
+
+  // The longest non-special token that is a prefix of `s`. The last sorted token <= s is
+  // either such a prefix (then the longest: a longer one would sort between it and s) or
+  // shares c < its length bytes with s, and no prefix longer than c can exist.
+  std::optional<TokenId> LongestPrefixToken(std::string_view s) const {
+    std::string_view q = s.substr(0, std::max<size_t>(v.max_token_len, 1));
+    while (!q.empty()) {
+      size_t lo = 0, hi = v.sorted.size();
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (SortedBytes(static_cast<uint32_t>(mid)) <= q) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      if (lo == 0) return std::nullopt;
+      const std::string_view t = SortedBytes(static_cast<uint32_t>(lo - 1));
+      if (q.starts_with(t)) return v.sorted[lo - 1];
+      size_t c = 0;
+      while (c < t.size() && c < q.size() && t[c] == q[c]) ++c;
+      q = q.substr(0, c);
+    }
+    return std::nullopt;
+  }
+
+  // Appends `text` split greedily into the longest tokens; false if some byte starts none.
+  bool AppendGreedy(std::string_view text, std::vector<TokenId>& out) const {
+    while (!text.empty()) {
+      const std::optional<TokenId> t = LongestPrefixToken(text);
+      if (!t) return false;
+      out.push_back(*t);
+      text.remove_prefix(v.bytes[*t].size());
+    }
+    return true;
+  }
+
+  // GrammarMatcher::ShortestCompletion: walks the cheapest stack down its `dist` edges
+  // (every state on it can reach acceptance, so each step finds an edge one closer).
+  std::optional<std::vector<TokenId>> ShortestCompletion() const {
+    std::vector<TokenId> out;
+    if (!failure.ok()) return std::nullopt;
+    if (terminated || cur.can_end) return out;
+    int32_t best = -1;
+    for (int32_t n : cur.tops) {
+      if (best < 0 || arena[n].dist < arena[best].dist) best = n;
+    }
+    if (best < 0 || arena[best].dist == kInfDist) return std::nullopt;
+    std::vector<int32_t> frames;  // bottom first
+    for (int32_t n = best; n >= 0; n = arena[n].parent) frames.push_back(arena[n].state);
+    std::reverse(frames.begin(), frames.end());
+    std::string text;
+    // Calls whose callee completes empty could in principle cycle; a valid walk takes at
+    // most one step per unit of distance plus one per frame pushed and popped.
+    const uint64_t max_steps = 8 * uint64_t{arena[best].dist} + 4 * frames.size() + 256;
+    for (uint64_t step = 0; !frames.empty(); ++step) {
+      if (step > max_steps) return std::nullopt;
+      const int32_t g = frames.back();
+      const uint64_t d = a.dist[g];
+      if (d == 0 && a.accepting[g]) {
+        frames.pop_back();
+        continue;
+      }
+      bool moved = false;
+      for (int b = 0; b < 256 && !moved; ++b) {
+        if (!a.out_bytes[g].Has(static_cast<uint8_t>(b))) continue;
+        const int32_t t = a.Next(g, static_cast<uint8_t>(b));
+        if (t >= 0 && a.dist[t] != kInfDist && uint64_t{a.dist[t]} + 1 == d) {
+          text.push_back(static_cast<char>(b));
+          frames.back() = t;
+          moved = true;
+        }
+      }
+      for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1] && !moved; ++k) {
+        const Automaton::Special& sp = a.specials[k];
+        if (a.dist[sp.next] != kInfDist && uint64_t{a.dist[sp.next]} + 1 == d) {
+          if (!AppendGreedy(text, out)) return std::nullopt;
+          text.clear();
+          out.push_back(sp.token);
+          frames.back() = sp.next;
+          moved = true;
+        }
+      }
+      // Calls last, and those that make progress in the callee first.
+      for (int pass = 0; pass < 2 && !moved; ++pass) {
+        for (uint32_t k = a.call_begin[g]; k < a.call_begin[g + 1] && !moved; ++k) {
+          const Automaton::Call& c = a.calls[k];
+          if ((a.dist[c.callee] == 0) != (pass == 1)) continue;
+          if (a.dist[c.callee] == kInfDist || a.dist[c.ret] == kInfDist) continue;
+          if (uint64_t{a.dist[c.callee]} + a.dist[c.ret] != d) continue;
+          frames.back() = c.ret;
+          frames.push_back(c.callee);
+          moved = true;
+        }
+      }
+      if (!moved) return std::nullopt;
+    }
+    if (!AppendGreedy(text, out)) return std::nullopt;
+    return out;
+  }
+
   std::string JumpForward() {
     std::string out;
     if (terminated || !failure.ok()) return out;
@@ -498,6 +602,10 @@ void GrammarMatcher::SetRemainingTokens(uint32_t remaining) { impl_->remaining =
 uint32_t GrammarMatcher::ShortestCompletionTokens() const {
   if (impl_->terminated) return 0;
   return impl_->sim.Shortest(impl_->cur);
+}
+
+std::optional<std::vector<TokenId>> GrammarMatcher::ShortestCompletion() const {
+  return impl_->ShortestCompletion();
 }
 
 bool GrammarMatcher::ForcedByBudget() const { return impl_->forced; }

@@ -113,7 +113,19 @@ bool PrepareConstraint(ServerImpl& server, const frontend::Request& req, bool en
     } else if (!r.ok()) {
       o.error = CompileError(api, s, r.status());
     } else {
-      o.mask = std::make_shared<structured::StructuredMaskProvider>(*r, mo);
+      auto mask = std::make_shared<structured::StructuredMaskProvider>(*r, mo);
+      if (s.kind == ConstraintKind::kToolCall && !s.lazy && mo.budget_aware && mask->MinTokens() > mo.max_tokens) {
+        // A forced call that cannot fit would come back cut off, which no client can use:
+        // say up front how much room it needs.
+        const char* param = api == frontend::Api::kResponses ? "max_output_tokens" : "max_tokens";
+        o.error = ErrorFor(api, InvalidArgument(fmt::format(
+                                    "{} ({}) is too small for the forced tool call: the shortest complete call "
+                                    "needs {} tokens; raise {} to at least {}",
+                                    param, mo.max_tokens, mask->MinTokens(), param, mask->MinTokens())));
+        o.error->param = param;
+      } else {
+        o.mask = std::move(mask);
+      }
     }
     ready(std::move(o));
   });

@@ -7,6 +7,16 @@
 
 namespace ladle::structured {
 
+namespace {
+// Spare tokens left when the provider stops trusting the byte-level check and forces the
+// shortest completion: re-tokenising a completion after one token can cost a token more
+// than the token saved, so the check keeps this much room for that.
+constexpr uint32_t kCommitSlack = 3;
+// While max_tokens leaves at least this many tokens beyond the completion's byte count
+// (which bounds its tokens), no token count is computed.
+constexpr uint32_t kPlanSlack = 16;
+}  // namespace
+
 MaskOptions MaskOptionsFor(frontend::ModelVersion version, const tokenizer::Tokenizer& version_tok,
                            bool ends_in_thinking, int n, uint32_t max_tokens, bool budget_aware) {
   MaskOptions o;
@@ -35,6 +45,9 @@ struct StructuredMaskProvider::Sample {
   size_t trigger_pos = 0;    // how many trigger_tokens the budget has forced so far
   bool forced = false;
   bool reported_reject = false;
+  // The completion the budget committed to (ApplyTokenBudget), forced token by token.
+  std::vector<engine::TokenId> plan;
+  size_t plan_pos = 0;
 };
 
 StructuredMaskProvider::StructuredMaskProvider(std::shared_ptr<const CompiledConstraint> constraint, MaskOptions opts)
@@ -53,6 +66,13 @@ StructuredMaskProvider::StructuredMaskProvider(std::shared_ptr<const CompiledCon
     samples_.push_back(std::move(s));
   }
   failures_.resize(samples_.size());
+  const Sample& first = *samples_.front();
+  if (!first.waiting_trigger) {
+    if (auto plan = first.matcher.ShortestCompletion()) {
+      const size_t marker = first.reasoning ? opts_.trigger_tokens.size() : 0;
+      min_tokens_ = static_cast<uint32_t>(plan->size() + marker + 1);
+    }
+  }
 }
 
 StructuredMaskProvider::~StructuredMaskProvider() = default;
@@ -87,7 +107,12 @@ void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_si
   if (s.reasoning) {
     const size_t left = opts_.trigger_tokens.size() - std::min(s.trigger_pos, opts_.trigger_tokens.size());
     // The marker, the shortest answer, EOS and the margin must still fit.
-    const uint64_t need = uint64_t{s.matcher.ShortestCompletionTokens()} + left + 1 + opts_.margin;
+    uint64_t need = uint64_t{s.matcher.ShortestCompletionTokens()} + left + 1 + opts_.margin;
+    if (opts_.budget_aware && left > 0 && remaining <= need) {
+      // That count is in bytes, a loose upper bound for markup: count the answer's tokens
+      // before cutting the reasoning short.
+      if (auto plan = s.matcher.ShortestCompletion()) need = plan->size() + left + 1 + opts_.margin;
+    }
     if (opts_.budget_aware && left > 0 && remaining <= need) {
       // Out of room for reasoning: close it now so the answer still fits.
       std::memset(bits, 0, words * sizeof(uint64_t));
@@ -101,9 +126,7 @@ void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_si
     if (vocab_size % 64) bits[words - 1] = (uint64_t{1} << (vocab_size % 64)) - 1;
     return;
   }
-  // One token is kept back for EOS: the matcher's budget covers the document, and a
-  // document that closes on the very last token would still finish as "length".
-  if (opts_.budget_aware) s.matcher.SetRemainingTokens(remaining > 0 ? remaining - 1 : 0);
+  if (opts_.budget_aware && ApplyTokenBudget(s, remaining, bits, words, vocab_size)) return;
   const size_t gwords = (constraint_->grammar->vocab().vocab_size() + 63) / 64;
   if (gwords == words) {
     s.matcher.FillNextTokenMask(bits);
@@ -125,6 +148,47 @@ void StructuredMaskProvider::FillMask(int index, uint64_t* bits, size_t vocab_si
     std::string& f = failures_[Clamp(index)];
     if (f.empty()) f = s.matcher.status().ToString();
   }
+}
+
+bool StructuredMaskProvider::ApplyTokenBudget(Sample& s, uint32_t remaining, uint64_t* bits, size_t words,
+                                              size_t vocab_size) {
+  auto force = [&](engine::TokenId t) {
+    std::memset(bits, 0, words * sizeof(uint64_t));
+    if (t < vocab_size) bits[t >> 6] |= uint64_t{1} << (t & 63);
+    s.forced = true;
+    forced_.store(true, std::memory_order_relaxed);
+    return true;
+  };
+  if (s.plan_pos < s.plan.size()) return force(s.plan[s.plan_pos]);
+  // One token is kept back for EOS: the budget covers the document, and a document that
+  // closes on the very last token would still finish as "length".
+  const uint32_t doc = remaining > 0 ? remaining - 1 : 0;
+  const uint32_t bytes = s.matcher.ShortestCompletionTokens();
+  if (bytes == 0 || bytes == UINT32_MAX || uint64_t{doc} >= uint64_t{bytes} + kPlanSlack) {
+    // Far from the end: the byte-level check alone is safe (a completion of B bytes is at
+    // most B tokens) and costs nothing until it bites.
+    s.matcher.SetRemainingTokens(doc);
+    return false;
+  }
+  std::optional<std::vector<engine::TokenId>> plan = s.matcher.ShortestCompletion();
+  if (!plan || plan->empty()) {
+    s.matcher.SetRemainingTokens(doc);
+    return false;
+  }
+  const auto need = static_cast<uint32_t>(plan->size());
+  if (uint64_t{doc} <= uint64_t{need} + kCommitSlack) {
+    // Out of slack: write the shortest completion. If even it does not fit (a budget the
+    // server should have refused), this still gets as far as it can.
+    s.plan = std::move(*plan);
+    s.plan_pos = 0;
+    return force(s.plan[0]);
+  }
+  // `slack` spare tokens: allow only tokens that grow the byte completion by less than the
+  // slack less the commit reserve (each added byte costs at most one token), so the next
+  // step still has room to commit.
+  const uint32_t slack = doc - need;
+  s.matcher.SetRemainingTokens(bytes + slack - kCommitSlack);
+  return false;
 }
 
 std::string StructuredMaskProvider::Failure(int index) {
@@ -166,6 +230,14 @@ void StructuredMaskProvider::Accept(int index, engine::TokenId token) {
     if (!rest.empty()) (void)s.matcher.AcceptString(rest);
     s.tail.clear();
     return;
+  }
+  if (s.plan_pos < s.plan.size()) {
+    if (s.plan[s.plan_pos] == token) {
+      ++s.plan_pos;
+    } else {
+      s.plan.clear();  // sampled outside the mask: re-plan from wherever the matcher is
+      s.plan_pos = 0;
+    }
   }
   if (s.matcher.IsTerminated()) return;
   if (!s.matcher.AcceptToken(token) && !s.reported_reject) {

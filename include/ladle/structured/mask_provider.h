@@ -14,6 +14,16 @@
 // marker plus the margin, the mask forces the end-of-thinking marker, so the answer always
 // fits and closes. Either kind of narrowing counts as "forced" (forced()).
 //
+// The budget is counted in tokens, not bytes: DSML tool-call markup runs ~3 bytes a token,
+// so a byte count would close a forced call far too early (or, where the bytes never fit,
+// steer from the first token). Near the end the provider asks the matcher for the shortest
+// completion as tokens (GrammarMatcher::ShortestCompletion); while its slack is large the
+// matcher's byte-level check keeps any one token from growing the completion by more than
+// the slack, and once the slack is down to kCommitSlack the mask forces that completion
+// token by token, so the output always closes within max_tokens when it can at all.
+// MinTokens() is the fewest max_tokens that can hold a complete output (the server refuses
+// a forced tool call with less, up front).
+//
 // Lazy tool calls (tool_choice auto, CompiledConstraint::triggers): the mask allows every
 // token until a trigger appears in the output (its token id, or its text across tokens),
 // then the matcher of that trigger's `after` grammar takes over, fed the rest of the token
@@ -70,12 +80,20 @@ class StructuredMaskProvider : public engine::MaskProvider {
   // Whether sample `index` is past its reasoning (the constraint is active).
   bool constrained(int index) const;
   const CompiledConstraint& constraint() const { return *constraint_; }
+  // The fewest max_tokens a complete output needs from the start: the shortest completion
+  // in tokens (plus the end-of-thinking marker when reasoning comes first) and EOS. 0 for
+  // a lazy constraint (nothing is forced before a trigger) or one that cannot complete.
+  uint32_t MinTokens() const { return min_tokens_; }
 
  private:
   struct Sample;
   Sample& At(int index);
   size_t Clamp(int index) const;
   void WatchTriggers(Sample& s, engine::TokenId token);
+  // Tokens the shortest completion of `s` needs, at most `bound` (bytes bound tokens).
+  uint32_t CompletionTokens(Sample& s, uint32_t bound);
+  // The budget for one constrained step; true when the mask was written (a committed token).
+  bool ApplyTokenBudget(Sample& s, uint32_t remaining, uint64_t* bits, size_t words, size_t vocab_size);
 
   std::shared_ptr<const CompiledConstraint> constraint_;
   MaskOptions opts_;
@@ -85,6 +103,7 @@ class StructuredMaskProvider : public engine::MaskProvider {
   std::vector<std::string> failures_;  // per sample, under failure_mu_
   grammar::MatcherOptions matcher_opts_;
   size_t max_trigger_text_ = 0;
+  uint32_t min_tokens_ = 0;
 };
 
 }  // namespace ladle::structured
