@@ -498,6 +498,10 @@ void Session::FlushStream() {
     if (at != std::string::npos) {
       const size_t end = a.pending.find('\n', start);
       a.completed = a.pending.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      // Stored before these bytes go out: a client may send its next request, referring to
+      // this response, the moment it reads them.
+      StoreResponse(a, a.completed);
+      a.store = false;
     }
   }
   if (!a.head_sent) {
@@ -576,7 +580,8 @@ void Session::FinishGeneration() {
     Close();
     return;
   }
-  if (a.store && status == 200) StoreResponse(a, a.stream ? std::string_view(a.completed) : std::string_view(a.pending));
+  // Non-streaming: stored before Respond writes the body (streams stored theirs in FlushStream).
+  if (a.store && !a.stream && status == 200) StoreResponse(a, a.pending);
   if (a.stream) {
     server_.metrics().CountRequest(ApiLabel(a.api), 200);
     if (a.keep_alive) {

@@ -1,6 +1,7 @@
 // The Vercel AI SDK and LangChain JS against a running `ladle serve`, used the documented way
 // with stock settings (issue 12 §2). The served model has random weights, so the checks are
-// about the protocol: every call succeeds, text and tool calls arrive, structured outputs parse
+// about the protocol (forced tool calls get 200 output tokens: the shortest DSML call of these
+// tools is about 85 tokens on V3.2, and fewer is a 400 by design): every call succeeds, text and tool calls arrive, structured outputs parse
 // against their schema, and multi-turn Responses conversations (store defaults to true, so the
 // SDK sends item_reference items) resolve.
 //   node frameworks.mjs <base url> <api key>
@@ -53,7 +54,7 @@ for (const [label, model] of [
   });
   await check(`ai-sdk ${label}: a forced tool call parses against its schema`, async () => {
     const r = await generateText({
-      model: model(), prompt: 'What is the weather in Paris?', maxOutputTokens: 64,
+      model: model(), prompt: 'What is the weather in Paris?', maxOutputTokens: 200,
       tools: { get_weather: tool({ description: 'Weather forecast', inputSchema: weather }) },
       toolChoice: { type: 'tool', toolName: 'get_weather' }, stopWhen: stepCountIs(1),
     });
@@ -63,7 +64,7 @@ for (const [label, model] of [
     weather.parse(call.input);
   });
   await check(`ai-sdk ${label}: generateObject`, async () => {
-    const r = await generateObject({ model: model(), schema: person, prompt: 'Invent a person.', maxOutputTokens: 64 });
+    const r = await generateObject({ model: model(), schema: person, prompt: 'Invent a person.', maxOutputTokens: 200 });
     person.parse(r.object);
   });
 }
@@ -80,7 +81,7 @@ await check('ai-sdk responses: multi-turn with store (item_reference) the docume
 
 await check('ai-sdk responses: a tool loop (call, result, answer) with store on', async () => {
   const r = await generateText({
-    model: openai.responses(MODEL), prompt: 'Weather in Oslo?', maxOutputTokens: 48,
+    model: openai.responses(MODEL), prompt: 'Weather in Oslo?', maxOutputTokens: 200,
     tools: { get_weather: tool({ description: 'Weather forecast', inputSchema: weather, execute: async () => ({ temp: 3 }) }) },
     toolChoice: 'required', stopWhen: stepCountIs(2), prepareStep: ({ stepNumber }) => (stepNumber > 0 ? { toolChoice: 'none' } : {}),
   });
@@ -91,10 +92,10 @@ await check('ai-sdk responses: a tool loop (call, result, answer) with store on'
 // ---- LangChain JS ----
 const lcOpenAI = (extra = {}) =>
   new ChatOpenAI({ model: MODEL, apiKey, configuration: { baseURL: `${base}/v1` }, maxTokens: 16, maxRetries: 0, ...extra });
-const lcAnthropic = () =>
-  new ChatAnthropic({ model: MODEL, apiKey, anthropicApiUrl: base, maxTokens: 16, maxRetries: 0 });
+const lcAnthropic = (extra = {}) =>
+  new ChatAnthropic({ model: MODEL, apiKey, anthropicApiUrl: base, maxTokens: 16, maxRetries: 0, ...extra });
 
-for (const [label, make] of [['openai', () => lcOpenAI()], ['openai responses', () => lcOpenAI({ useResponsesApi: true })], ['anthropic', lcAnthropic]]) {
+for (const [label, make] of [['openai', lcOpenAI], ['openai responses', (x = {}) => lcOpenAI({ useResponsesApi: true, ...x })], ['anthropic', lcAnthropic]]) {
   await check(`langchain ${label}: invoke and stream`, async () => {
     const m = make();
     const r = await m.invoke('Say hi.');
@@ -104,15 +105,14 @@ for (const [label, make] of [['openai', () => lcOpenAI()], ['openai responses', 
     assert.ok(chunks > 0);
   });
   await check(`langchain ${label}: bindTools with a forced tool`, async () => {
-    const m = make().bindTools([{ name: 'get_weather', description: 'Weather forecast', schema: weather }], { tool_choice: 'get_weather' });
-    const r = await m.invoke('Weather in Rome?', { maxTokens: 64 });
+    const m = make({ maxTokens: 200 }).bindTools([{ name: 'get_weather', description: 'Weather forecast', schema: weather }], { tool_choice: 'get_weather' });
+    const r = await m.invoke('Weather in Rome?');
     assert.ok(r.tool_calls?.length >= 1, JSON.stringify(r));
     assert.equal(r.tool_calls[0].name, 'get_weather');
     weather.parse(r.tool_calls[0].args);
   });
   await check(`langchain ${label}: withStructuredOutput`, async () => {
-    const m = label === 'anthropic' ? new ChatAnthropic({ model: MODEL, apiKey, anthropicApiUrl: base, maxTokens: 64, maxRetries: 0 })
-                                    : lcOpenAI({ maxTokens: 64, useResponsesApi: label.includes('responses') });
+    const m = make({ maxTokens: 200 });
     const r = await m.withStructuredOutput(person).invoke('Invent a person.');
     person.parse(r);
   });
