@@ -281,20 +281,8 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
     return;
   }
   frontend::Request& request = *adapted.request;
-  if (!cfg.ServesModel(request.model)) {
-    RespondError(api, ModelNotFound(api, request.model), rid, keep_alive);
-    return;
-  }
-  auto prompt = frontend::RenderPrompt(request, cfg.version);
-  if (!prompt.ok()) {
-    RespondError(api, ErrorFor(api, prompt.status()), rid, keep_alive);
-    return;
-  }
-  auto encoded = frontend::EncodePrompt(*prompt, server_.tokenizer());
-  if (!encoded.ok()) {
-    RespondError(api, ErrorFor(api, encoded.status()), rid, keep_alive);
-    return;
-  }
+  auto encoded = EncodeOrRespond(api, request, rid, keep_alive);
+  if (!encoded) return;
   if (!server_.TryAdmit()) {
     RespondError(api, Overloaded(api), rid, keep_alive, cfg.retry_after_s);
     return;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "generation.h"
+#include "ladle/frontend/encoder.h"
 #include "ladle/json/json.h"
 #include "response_store.h"
 #include "ladle/engine/engine.h"
@@ -112,6 +113,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // anthropic-version); POST /v1/messages/count_tokens. In session_info.cc.
   void HandleModels(const Request& req, std::string_view path, const std::string& rid, bool keep_alive);
   void HandleCountTokens(Request& req, const std::string& rid, bool keep_alive);
+  // Checks the model name, renders and tokenizes an adapted request's prompt; on failure
+  // answers the error in the API's shape and returns nullopt.
+  std::optional<frontend::EncodedPrompt> EncodeOrRespond(frontend::Api api, const frontend::Request& request,
+                                                         const std::string& rid, bool keep_alive);
   // The context-limit check of a rendered prompt: an error in the API's own words, or none.
   // May lower `max_tokens` when the request did not set it (it then gets what is left).
   std::optional<frontend::ApiError> CheckContext(const frontend::Request& request, size_t prompt_tokens,

@@ -107,22 +107,30 @@ void Session::HandleCountTokens(Request& req, const std::string& rid, bool keep_
     RespondError(api, adapted.error, rid, keep_alive);
     return;
   }
-  if (!cfg.ServesModel(adapted.request->model)) {
-    RespondError(api, ModelNotFound(api, adapted.request->model), rid, keep_alive);
-    return;
+  auto encoded = EncodeOrRespond(api, *adapted.request, rid, keep_alive);
+  if (!encoded) return;
+  Respond(200, "application/json", fmt::format(R"({{"input_tokens":{}}})", encoded->ids.size()), rid, keep_alive,
+          "messages");
+}
+
+std::optional<frontend::EncodedPrompt> Session::EncodeOrRespond(Api api, const frontend::Request& request,
+                                                               const std::string& rid, bool keep_alive) {
+  const auto& cfg = server_.config();
+  if (!cfg.ServesModel(request.model)) {
+    RespondError(api, ModelNotFound(api, request.model), rid, keep_alive);
+    return std::nullopt;
   }
-  auto prompt = frontend::RenderPrompt(*adapted.request, cfg.version);
+  auto prompt = frontend::RenderPrompt(request, cfg.version);
   if (!prompt.ok()) {
     RespondError(api, ErrorFor(api, prompt.status()), rid, keep_alive);
-    return;
+    return std::nullopt;
   }
   auto encoded = frontend::EncodePrompt(*prompt, server_.tokenizer());
   if (!encoded.ok()) {
     RespondError(api, ErrorFor(api, encoded.status()), rid, keep_alive);
-    return;
+    return std::nullopt;
   }
-  Respond(200, "application/json", fmt::format(R"({{"input_tokens":{}}})", encoded->ids.size()), rid, keep_alive,
-          "messages");
+  return std::move(encoded).value();
 }
 
 std::optional<frontend::ApiError> Session::CheckContext(const frontend::Request& request, size_t prompt_tokens,
