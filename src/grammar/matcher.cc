@@ -353,8 +353,10 @@ struct GrammarMatcher::Impl {
     bool walk_all = false;
     std::vector<uint64_t> tmp;
     for (int32_t n : cur.tops) {
-      const StackNode& node = arena[n];
-      const int32_t g = node.state;
+      // By value, not a reference into the arena: Advance below pushes nodes, and a reallocation
+      // would leave a reference dangling (ASan caught it on a forced DSML call under budget).
+      const int32_t g = arena[n].state;
+      const int32_t parent = arena[n].parent;
       for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1]; ++k) {
         TokenId t = a.specials[k].token;
         if (t >= v.vocab_size || IsEos(t)) continue;
@@ -370,7 +372,7 @@ struct GrammarMatcher::Impl {
         walk_all = true;
         continue;
       }
-      const uint64_t below = node.parent >= 0 ? arena[node.parent].dist : 0;
+      const uint64_t below = parent >= 0 ? arena[parent].dist : 0;
       if (below == kInfDist) continue;
       best = static_cast<uint32_t>(std::min<uint64_t>(best, e.budget_min + below));
       if (e.budget_min + below > limit) continue;
