@@ -106,9 +106,9 @@ void CheckJsonValue(const json::Value& v, const char* what) {
 
 void CheckError(Api api, const Adapted& a, size_t body_size, const Limits& limits) {
   const ApiError& e = a.error;
-  FUZZ_CHECK(e.http_status == 400 || e.http_status == 413, "error status is 400 or 413",
-             std::to_string(e.http_status));
-  FUZZ_CHECK((e.http_status == 413) == (body_size > limits.max_body_bytes), "413 exactly for oversized bodies",
+  FUZZ_CHECK(e.http_status() == 400 || e.http_status() == 413, "error status is 400 or 413",
+             std::to_string(e.http_status()));
+  FUZZ_CHECK((e.http_status() == 413) == (body_size > limits.max_body_bytes), "413 exactly for oversized bodies",
              e.message);
   FUZZ_CHECK(!e.message.empty(), "error message is not empty", "");
   CheckUtf8(e.message, "error message is valid UTF-8");
