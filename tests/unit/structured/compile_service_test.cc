@@ -33,8 +33,9 @@ ConstraintSpec Schema(std::string_view text) {
 }
 
 TEST(ConstraintKey, PropertyOrderIsPartOfTheKey) {
-  // The schema compiler emits properties in schema order, so the order is enforced in the
-  // output: two orders are two grammars.
+  // Property order can change the language (groups in schema order past the any-order bound,
+  // or JsonSchemaOptions::kSchema), so the order is part of the key: two orders are two
+  // grammars.
   const auto a = Schema(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}}})");
   const auto b = Schema(R"({"type":"object","properties":{"b":{"type":"string"},"a":{"type":"integer"}}})");
   EXPECT_NE(KeyFor(a, 1), KeyFor(b, 1));
