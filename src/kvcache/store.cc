@@ -46,6 +46,25 @@ Store::Store(unsigned k, unsigned m, StoreOptions options)
   codec_ = std::make_unique<EcCodec>(k, m);
 }
 
+bool Store::Entry::MergeChunk(const IndexMeta& m, unsigned d) {
+  if (mask != 0 && write_id != m.write_id) {
+    if (m.write_ms < write_ms) return false;  // a stale chunk of an older write
+    mask = 0;
+  }
+  value_len = m.value_len;
+  write_ms = m.write_ms;
+  write_id = m.write_id;
+  expire_ms = m.expire_ms;
+  last_read_ms = std::max(last_read_ms, m.last_read_ms);
+  flushed_read_ms = last_read_ms;
+  parent = m.parent;
+  has_parent = m.has_parent;
+  depth = m.depth;
+  cls = m.cls;
+  mask |= 1u << d;
+  return true;
+}
+
 Result<std::unique_ptr<Store>> Store::Open(const std::vector<std::string>& specs, unsigned k, unsigned m,
                                            StoreOptions options) {
   if (k < 1 || k + m > kMaxDomains || specs.size() != k + m) {
@@ -68,24 +87,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::vector<std::string>& specs
   }
   // The catalog: a key is stored where its newest write left chunks.
   for (unsigned d = 0; d < store->n_; ++d) {
-    store->targets_[d]->index().ForEach([&](const BlockKey& key, const IndexMeta& im) {
-      Entry& e = store->catalog_[key];
-      if (e.mask != 0 && e.write_id != im.write_id) {
-        if (im.write_ms < e.write_ms) return;  // a stale chunk of an older write
-        e.mask = 0;
-      }
-      e.value_len = im.value_len;
-      e.write_ms = im.write_ms;
-      e.write_id = im.write_id;
-      e.expire_ms = im.expire_ms;
-      e.last_read_ms = std::max(e.last_read_ms, im.last_read_ms);
-      e.flushed_read_ms = e.last_read_ms;
-      e.parent = im.parent;
-      e.has_parent = im.has_parent;
-      e.depth = im.depth;
-      e.cls = im.cls;
-      e.mask |= 1u << d;
-    });
+    store->targets_[d]->index().ForEach(
+        [&](const BlockKey& key, const IndexMeta& im) { (void)store->catalog_[key].MergeChunk(im, d); });
   }
   std::vector<BlockKey> partial;
   for (auto& [key, e] : store->catalog_) {

@@ -59,6 +59,11 @@ class Store final : public KvStore {
     TrafficClass cls = TrafficClass::kChatbot;
     uint32_t mask = 0;  // domains holding a chunk of this write
     uint64_t seq = 0;   // change_seq_ at the entry's last write or read
+
+    // Adds domain `d`'s chunk, described by its index record, to this entry (the catalog is
+    // rebuilt from the indexes at Open and grows when fsck adopts a chunk). A chunk of another
+    // write replaces what the entry holds when it is newer and is ignored (false) when older.
+    bool MergeChunk(const IndexMeta& m, unsigned d);
   };
 
  private:

@@ -390,22 +390,7 @@ Result<KvStore::FsckReport> Store::Fsck() {
       m.file_bytes = r->size();
       if (!targets_[d]->Adopt(key, m).ok()) return;
       std::lock_guard lock(mu_);
-      Entry& e = catalog_[key];
-      if (e.mask != 0 && e.write_id != h.write_id) {
-        if (h.write_ms < e.write_ms) return;
-        e.mask = 0;
-      }
-      e.value_len = m.value_len;
-      e.write_ms = m.write_ms;
-      e.write_id = m.write_id;
-      e.expire_ms = m.expire_ms;
-      e.last_read_ms = std::max(e.last_read_ms, m.last_read_ms);
-      e.flushed_read_ms = e.last_read_ms;
-      e.parent = m.parent;
-      e.has_parent = m.has_parent;
-      e.depth = m.depth;
-      e.cls = m.cls;
-      e.mask |= 1u << d;
+      (void)catalog_[key].MergeChunk(m, d);
     });
   }
   std::vector<BlockKey> keys;
