@@ -92,6 +92,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::vector<std::string>& specs
   }
   std::vector<BlockKey> partial;
   for (auto& [key, e] : store->catalog_) {
+    store->LinkLocked(e, +1);  // no other thread yet
     if (std::popcount(e.mask) < static_cast<int>(store->n_)) partial.push_back(key);
   }
   store->timer_ = std::make_unique<TimerThread>();
@@ -178,6 +179,31 @@ void Store::TouchLocked(const BlockKey& key, int64_t now) {
     if (!it->second.has_parent) return;
     cur = it->second.parent;
   }
+}
+
+void Store::LinkLocked(const Entry& e, int delta) {
+  if (!e.has_parent) return;
+  if (delta > 0) {
+    ++children_[e.parent];
+    return;
+  }
+  auto it = children_.find(e.parent);
+  LADLE_CHECK(it != children_.end() && it->second > 0);  // every unlink matches a link
+  if (--it->second == 0) children_.erase(it);
+}
+
+void Store::SetEntryLocked(const BlockKey& key, const Entry& e) {
+  auto [it, inserted] = catalog_.try_emplace(key, e);
+  if (!inserted) {
+    LinkLocked(it->second, -1);
+    it->second = e;
+  }
+  LinkLocked(e, +1);
+}
+
+void Store::EraseEntryLocked(std::unordered_map<BlockKey, Entry, KeyHash>::iterator it) {
+  LinkLocked(it->second, -1);
+  catalog_.erase(it);
 }
 
 void Store::ReleaseLease(const BlockKey& key) {
@@ -349,12 +375,12 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
             e.last_read_ms = old->second.last_read_ms;
             dirty_.push_back(p->key);
           }
-          catalog_[p->key] = e;
+          SetEntryLocked(p->key, e);
           if (e.has_parent) TouchLocked(e.parent, e.last_read_ms);
           ++puts_;
         } else if (n_ > 1) {
           // Too few chunks to read back: drop the block (what was written would mix with nothing).
-          catalog_.erase(p->key);
+          if (auto it = catalog_.find(p->key); it != catalog_.end()) EraseEntryLocked(it);
         }
       }
       if (!stored) {
@@ -434,7 +460,9 @@ void Store::Delete(std::span<const BlockKey> keys, DeleteDone done) {
   std::vector<Status> out(keys.size());
   {
     std::lock_guard lock(mu_);
-    for (const BlockKey& key : keys) catalog_.erase(key);
+    for (const BlockKey& key : keys) {
+      if (auto it = catalog_.find(key); it != catalog_.end()) EraseEntryLocked(it);
+    }
   }
   // Unlinks are quick metadata operations; doing them here keeps Delete's completion ordered
   // after the files are gone (a Delete then Match never sees the block).

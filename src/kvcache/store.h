@@ -110,6 +110,11 @@ class Store final : public KvStore {
   double MaxUsedRatio() const;
   void RemoveEverywhere(const BlockKey& key);
 
+  // Every change to a catalog entry goes through these, so children_ stays exact.
+  void SetEntryLocked(const BlockKey& key, const Entry& e);
+  void EraseEntryLocked(std::unordered_map<BlockKey, Entry, KeyHash>::iterator it);
+  void LinkLocked(const Entry& e, int delta);
+
   const unsigned k_, m_, n_;
   StoreOptions opt_;
   std::vector<std::unique_ptr<Target>> targets_;
@@ -121,8 +126,12 @@ class Store final : public KvStore {
   std::atomic<uint64_t> write_seq_{0};
   uint64_t write_seed_ = 0;
 
-  std::mutex mu_;  // catalog_, leases_, dirty_
+  std::mutex mu_;  // catalog_, children_, leases_, dirty_
   std::unordered_map<BlockKey, Entry, KeyHash> catalog_;
+  // Parent key -> how many catalog entries name it as their parent (whether or not the parent
+  // is in the catalog). GC never evicts a key with children: the order it walks can miss a
+  // child written behind its cursor, and an evicted parent would strand the child unreachable.
+  std::unordered_map<BlockKey, uint32_t, KeyHash> children_;
   std::unordered_map<BlockKey, uint32_t, KeyHash> leases_;
   std::vector<BlockKey> dirty_;
   uint64_t change_seq_ = 0;  // bumped by every catalog write or touch (GC skips what changed)

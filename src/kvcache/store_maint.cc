@@ -1,6 +1,7 @@
 // The maintenance side of the store: background repair of lost/bad chunks, GC (TTL, then LRU
 // between the watermarks) and fsck. One thread runs repairs as reads report them and a GC pass
 // every gc_interval (when gc_in_process); RunGcOnce and Fsck run the same code on the caller.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -122,6 +123,7 @@ bool Store::EvictIfIdle(const BlockKey& key, std::optional<int64_t> seen_read_ms
   {
     std::lock_guard lock(mu_);
     if (leases_.count(key) != 0) return false;  // a read or put is in flight: never under its feet
+    if (children_.count(key) != 0) return false;  // children go first (see children_)
     auto it = catalog_.find(key);
     if (it != catalog_.end()) {
       // Read or rewritten since the order GC walks was taken: not the least recently read now.
@@ -129,7 +131,7 @@ bool Store::EvictIfIdle(const BlockKey& key, std::optional<int64_t> seen_read_ms
       if (seen_read_ms && (it->second.last_read_ms > it->second.flushed_read_ms || it->second.last_read_ms > *seen_read_ms)) {
         return false;
       }
-      catalog_.erase(it);
+      EraseEntryLocked(it);
     }
     // Queued under mu_: a Put of this key that starts after us (it leases under mu_) queues its
     // writes behind these removes on each target's writer, so it never loses its new file.
@@ -171,6 +173,16 @@ uint64_t Store::GcPass() {
   // TTL: the expiry order's head, until a batch removes nothing (leased keys stay until next pass).
   for (;;) {
     std::vector<BlockKey> batch = index.Expired(now, 256);
+    {
+      // Deepest first: a parent expires with its children (their expiry is capped by its own)
+      // and is only evicted once they are gone.
+      std::lock_guard lock(mu_);
+      auto depth = [&](const BlockKey& k) {
+        auto it = catalog_.find(k);
+        return it == catalog_.end() ? 0u : it->second.depth;
+      };
+      std::stable_sort(batch.begin(), batch.end(), [&](const BlockKey& a, const BlockKey& b) { return depth(a) > depth(b); });
+    }
     uint64_t removed = 0;
     for (const BlockKey& key : batch) {
       if (EvictIfIdle(key, std::nullopt)) ++removed;
@@ -286,7 +298,7 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
       if (it != catalog_.end()) {
         e.last_read_ms = it->second.last_read_ms;
         e.flushed_read_ms = it->second.flushed_read_ms;
-        it->second = e;
+        SetEntryLocked(key, e);
       }
     }
     LADLE_LOG_INFO("kvcache.adopted_newer_write key={} chunks={}", key.Hex(), std::popcount(mask));
@@ -308,7 +320,7 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
     {
       std::lock_guard lock(mu_);
       auto it = catalog_.find(key);
-      if (it != catalog_.end() && it->second.write_id == e.write_id) catalog_.erase(it);
+      if (it != catalog_.end() && it->second.write_id == e.write_id) EraseEntryLocked(it);
     }
     RemoveEverywhere(key);
     return RepairResult::kUnrecoverable;
@@ -390,7 +402,11 @@ Result<KvStore::FsckReport> Store::Fsck() {
       m.file_bytes = r->size();
       if (!targets_[d]->Adopt(key, m).ok()) return;
       std::lock_guard lock(mu_);
-      (void)catalog_[key].MergeChunk(m, d);
+      Entry e = catalog_[key];
+      LinkLocked(e, -1);  // a default entry has no parent: a no-op
+      (void)e.MergeChunk(m, d);
+      catalog_[key] = e;
+      LinkLocked(e, +1);
     });
   }
   std::vector<BlockKey> keys;
