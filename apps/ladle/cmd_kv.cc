@@ -49,6 +49,7 @@ struct KvOpts {
   std::string store;
   std::string cls = "chatbot";
   unsigned io_depth = 32;
+  unsigned write_threads = 4;
   bool o_direct = false;
   uint64_t capacity = 0;
   double high_watermark = 0.90, low_watermark = 0.85;
@@ -82,6 +83,7 @@ Result<std::unique_ptr<KvStore>> OpenStore(const KvOpts& o, bool gc_in_process) 
   if (uri.empty()) return InvalidArgument("--store URI is required (fs:DIR or ec:K+M:DIR0,...), or set LADLE_KV_STORE");
   kvcache::StoreOptions so;
   so.io_depth = o.io_depth;
+  so.write_threads = o.write_threads;
   so.o_direct = o.o_direct;
   so.capacity_bytes = o.capacity;
   so.high_watermark = o.high_watermark;
@@ -436,6 +438,8 @@ void RegisterKv(CLI::App& app, RunFn* run) {
       ->capture_default_str()
       ->check(CLI::IsMember({"agent", "chatbot"}));
   kv->add_option("--io-depth", o->io_depth, "io_uring queue depth per target")->capture_default_str();
+  kv->add_option("--write-threads", o->write_threads, "writer threads per target (a key's writes stay ordered)")
+      ->capture_default_str();
   kv->add_flag("--o-direct", o->o_direct, "open value files with O_DIRECT");
   kv->add_option("--capacity", o->capacity, "per-target capacity in bytes (0 = the file system's size)");
   kv->add_option("--high-watermark", o->high_watermark, "GC starts above this fraction")->capture_default_str();

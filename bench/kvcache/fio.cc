@@ -36,6 +36,9 @@ Result<FioResult> RunFio(const FioJob& j) {
     // One file per block, like the store's layout; enough open files to keep `depth` in flight.
     cmd += fmt::format(" --nrfiles={} --filesize={} --file_service_type=sequential --openfiles={}", j.count, j.bs,
                        std::max<unsigned>(2 * j.depth, 16));
+    // Writes create each file inside the timed run, as the store does: without this fio lays
+    // every file out before the clock starts and times only overwrites of existing files.
+    if (j.rw == "write") cmd += " --create_on_open=1";
   } else {
     cmd += fmt::format(" --size={}", j.count * j.bs);
   }

@@ -49,6 +49,7 @@ struct Opts {
   bool fsync = false;
   bool drop_caches = false;
   bool keep = false;
+  unsigned write_threads = 4;
   size_t blocks = 0;  // 0: 128 quick, 2048 full
   int reps = 0;       // 0: 1 quick, 3 full
   std::vector<unsigned> depths{1, 8, 32};
@@ -77,6 +78,7 @@ void DropCaches(const Opts& o) {
 Result<std::unique_ptr<KvStore>> OpenStore(const std::string& uri, unsigned depth, const Opts& o) {
   kvcache::StoreOptions so;
   so.io_depth = depth;
+  so.write_threads = o.write_threads;
   so.o_direct = o.direct;
   // No GC worker: nothing here fills a disk, and a background pass would perturb the timings.
   so.gc_in_process = false;
@@ -494,6 +496,7 @@ int main(int argc, char** argv) {
   app.add_flag("--fsync", o.fsync, "fio writes with fsync=1 (for a store that syncs each block)");
   app.add_flag("--drop-caches", o.drop_caches, "drop the page cache before each read run (machine-wide!)");
   app.add_flag("--keep", o.keep, "keep the directories written");
+  app.add_option("--write-threads", o.write_threads, "the store's writer threads per target")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   // Repairs, domain-down notices and (with 3 domains down, as intended) unrecoverable blocks are
   // logged per block; they would bury the table.

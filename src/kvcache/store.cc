@@ -76,6 +76,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::vector<std::string>& specs
   std::unique_ptr<Store> store(new Store(k, m, std::move(options)));
   TargetOptions to;
   to.io_depth = store->opt_.io_depth;
+  to.write_threads = store->opt_.write_threads;
   to.o_direct = store->opt_.o_direct;
   to.fsync = store->opt_.fsync;
   to.capacity_bytes = store->opt_.capacity_bytes;

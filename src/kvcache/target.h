@@ -27,6 +27,7 @@ struct ChunkWrite {
 
 struct TargetOptions {
   unsigned io_depth = 32;
+  unsigned write_threads = 4;
   bool o_direct = false;
   bool fsync = false;
   uint64_t capacity_bytes = 0;  // 0 = the file system's size

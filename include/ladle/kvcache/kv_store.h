@@ -76,6 +76,8 @@ enum class TrafficClass : uint8_t { kAgent = 0, kChatbot = 1 };
 struct StoreOptions {
   // io_uring submission queue depth per target.
   unsigned io_depth = 32;
+  // Writer threads per target. A key's writes and removes keep their order on one of them.
+  unsigned write_threads = 4;
   // Open value files with O_DIRECT (needs aligned I/O; falls back to buffered where unsupported).
   bool o_direct = false;
   // fdatasync each object (and its directory) before the rename: durable across power loss, not

@@ -61,7 +61,7 @@ inline std::string EcUri(const TempDir& t, unsigned k, unsigned m,
 // The chunk file of `key` under a target directory.
 inline std::string ChunkPath(const std::string& dir, const BlockKey& key) {
   std::string hex = key.Hex();
-  return dir + "/" + hex.substr(0, 2) + "/" + hex.substr(2, 2) + "/" + hex;
+  return dir + "/" + hex.substr(0, 2) + "/" + hex;
 }
 
 inline bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
