@@ -6,9 +6,11 @@
 //   codec  EC encode/decode MB/s of the store's coder (kvcache::EcCodec, internal to the library)
 //          vs raw ISA-L ec_encode_data on the same buffers; then end to end, Put (encode) and Get
 //          with 2 data domains down (decode) on tmpfs, where file I/O costs least.
+//   layout EC layout: coding inside each block (the store's) vs striping across 10 blocks, the
+//          I/O each implies on the same 12 fs targets; writes, reads with 0 and 1 domain down.
 //   match  Match latency for a 1,000-block chain (128K tokens) and a 7,813-block chain (1M tokens)
 //          on a warm local store.
-//   kvcache_bench [--quick] [--dir DIR] [--shm DIR] [--only fs,ec,codec,match] [--direct] [--fsync]
+//   kvcache_bench [--quick] [--dir DIR] [--shm DIR] [--only fs,ec,codec,layout,match] [--direct] [--fsync]
 // See bench/kvcache/README.md.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -25,6 +27,9 @@
 
 #include "bench_util.h"
 #include "codec_ref.h"
+#ifdef LADLE_BENCH_HAVE_EC_CODEC
+#include "layout.h"
+#endif
 #include "ladle/core/logging.h"
 #include "ladle/kvcache/kv_store.h"
 
@@ -43,7 +48,7 @@ struct Opts {
   std::string dir = "/var/tmp/ladle-kvbench";
   std::string shm = "/dev/shm/ladle-kvbench";
   std::string fio = "fio";
-  std::string only = "fs,ec,codec,match";
+  std::string only = "fs,ec,codec,layout,match";
   bool quick = false;
   bool direct = false;
   bool fsync = false;
@@ -404,6 +409,44 @@ int CodecSection(const Opts& o, size_t n, std::mt19937_64& rng) {
   return bad || !exact ? 1 : 0;
 }
 
+// --- EC layout: in-block vs striped ------------------------------------------------------------
+
+int LayoutSection(const Opts& o, size_t n) {
+#ifdef LADLE_BENCH_HAVE_EC_CODEC
+  const unsigned depth = 32;
+  fmt::print("\n== EC 10+2 layout: coding inside each 112 KiB block (the store) vs striping across 10 blocks, "
+             "{} blocks, 12 dirs under {}, load {}\n", n, o.dir, LoadAvg());
+  auto f = MeasureLayouts(o.dir + "/layout", n, depth);
+  if (!f.ok()) {
+    fmt::print(stderr, "layout: {}\n", f.status().ToString());
+    return 1;
+  }
+  fmt::print("{:<34} | {:>10} | {:>10} | {:>8} | {:>17} | {:>17}\n", "", "in-block", "striped", "str/inb",
+             "in-block p50/p99", "striped p50/p99");
+  auto row = [&](const std::string& what, const RunResult& a, const RunResult& b) {
+    fmt::print("{:<34} | {:>10.1f} | {:>10.1f} | {:>8.2f} | {:>8.0f}/{:<8.0f} | {:>8.0f}/{:<8.0f}{}\n", what, a.MBps(),
+               b.MBps(), a.MBps() > 0 ? b.MBps() / a.MBps() : 0, a.P50(), a.P99(), b.P50(), b.P99(),
+               a.failures + b.failures ? fmt::format("  FAILED {}+{}", a.failures, b.failures) : "");
+    g_summary.push_back(fmt::format("{:<44} {:>8.1f} / {:>8.1f} = {:>5.2f}   (layout choice, no goal)",
+                                    "layout " + what + " striped / in-block MB/s", b.MBps(), a.MBps(),
+                                    a.MBps() > 0 ? b.MBps() / a.MBps() : 0));
+  };
+  row(fmt::format("write (qd {} blocks / {} stripes)", f->depth, f->stripe_depth), f->inblock_write, f->striped_write);
+  row(fmt::format("read qd {}, 0 down", f->depth), f->inblock_read, f->striped_read);
+  row(fmt::format("read qd {}, data domain 0 down", f->depth), f->inblock_read_down, f->striped_read_down);
+  row("read qd 1, 0 down", f->inblock_read_qd1, f->striped_read_qd1);
+  row("read qd 1, data domain 0 down", f->inblock_read_down_qd1, f->striped_read_down_qd1);
+  const size_t bad = f->inblock_write.failures + f->striped_write.failures + f->inblock_read.failures +
+                     f->striped_read.failures + f->inblock_read_down.failures + f->striped_read_down.failures;
+  return bad ? 1 : 0;
+#else
+  (void)o;
+  (void)n;
+  fmt::print("\n== EC layout: skipped (built without the library's internal headers)\n");
+  return 0;
+#endif
+}
+
 // --- Match ---------------------------------------------------------------------------------------
 
 int MatchOne(KvStore& s, const std::vector<BlockKey>& chain, size_t len, size_t want, int reps, const char* what,
@@ -488,7 +531,7 @@ int main(int argc, char** argv) {
   app.add_option("--dir", o.dir, "disk directory for fs, ec and match (removed and recreated)")->capture_default_str();
   app.add_option("--shm", o.shm, "tmpfs directory for the coding figures")->capture_default_str();
   app.add_option("--fio", o.fio, "fio binary")->capture_default_str();
-  app.add_option("--only", o.only, "comma-separated sections: fs, ec, codec, match")->capture_default_str();
+  app.add_option("--only", o.only, "comma-separated sections: fs, ec, codec, layout, match")->capture_default_str();
   app.add_option("--blocks", o.blocks, "112 KiB blocks per run (default 128 quick, 2048 full)");
   app.add_option("--reps", o.reps, "fs runs per side and depth, best kept (default 1 quick, 3 full)");
   app.add_option("--depths", o.depths, "queue depths for fs vs fio")->capture_default_str();
@@ -521,6 +564,7 @@ int main(int argc, char** argv) {
   if (Wants(o, "fs")) timed("fs", [&] { return FsSection(o, n, rng); });
   if (Wants(o, "ec")) timed("ec", [&] { return EcSection(o, n_ec, rng); });
   if (Wants(o, "codec")) timed("codec", [&] { return CodecSection(o, n_ec, rng); });
+  if (Wants(o, "layout")) timed("layout", [&] { return LayoutSection(o, o.blocks ? o.blocks : (o.quick ? 100 : 1000)); });
   if (Wants(o, "match")) timed("match", [&] { return MatchSection(o, rng) ? 1 : 0; });
   fmt::print("\n== ratios (ours / peer), load {}, {:.1f} s in all ({})\n", LoadAvg(), Seconds(Clock::now() - t0),
              took.empty() ? "" : took.substr(1));
