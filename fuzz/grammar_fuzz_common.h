@@ -9,7 +9,10 @@
 //     accepts each sentence symbol by symbol and can then terminate;
 //   * on a mutated sentence the matcher stops exactly where the reference says the text stops
 //     being a viable prefix, and at the end agrees on CanTerminate() vs Matches();
-//   * a sample of the token mask agrees with ReferenceIsPrefix on prefix + token.
+//   * a sample of the token mask (random ids, EOS, and the ids the grammar names as `<[id]>`)
+//     agrees with ReferenceIsPrefix on prefix + token; an id with no bytes that is not the
+//     special token (a hole: 291..299, 302..319) is never allowed, even where the grammar
+//     names it.
 // A violation prints what disagreed and aborts, so libFuzzer keeps the input.
 //
 // LADLE_FUZZ_SKIP_MASK=1 leaves out the mask sample (to keep fuzzing the front-ends past a
@@ -35,7 +38,8 @@
 
 namespace ladle::grammar::fuzz {
 
-// Ids 0..255: the single bytes; then multi-byte tokens; then one special token and EOS.
+// Ids 0..255: the single bytes; then multi-byte tokens; then holes (no bytes, not special) up
+// to the special token and EOS, and more holes up to kVocabSize (logit columns past it).
 inline constexpr TokenId kSpecialId = 300;
 inline constexpr TokenId kEosId = 301;
 inline constexpr size_t kVocabSize = 320;
@@ -176,11 +180,19 @@ inline void CheckGrammar(const char* target, const Grammar& g, uint64_t seed) {
     }
     m.Reset();
     size_t stop = t.size();
+    // Stopped before a special symbol the fuzz cannot feed (`<[299]>`): the matcher is
+    // unchanged, so the prefix so far and the mask there are still compared.
+    bool unfed = false;
     comparable = true;
     for (size_t i = 0; i < t.size(); ++i) {
       auto ok = Feed(m, t[i]);
       if (!ok) {
-        comparable = false;
+        if (m.status().ok()) {
+          unfed = true;
+          stop = i;
+        } else {
+          comparable = false;
+        }
         break;
       }
       if (!*ok) {
@@ -194,7 +206,9 @@ inline void CheckGrammar(const char* target, const Grammar& g, uint64_t seed) {
       Fail(target, "matcher accepted " + Show(std::vector<Symbol>(t.begin(), t.begin() + static_cast<long>(stop))) +
                        " which the reference says is no viable prefix\ngrammar:\n" + g.ToString());
     }
-    if (stop < t.size()) {
+    if (unfed) {
+      // Nothing to say about the symbol itself.
+    } else if (stop < t.size()) {
       if (rec->IsPrefix(all.first(stop + 1))) {
         Fail(target, "matcher rejects symbol " + std::to_string(stop) + " of " + Show(t) +
                          " but the reference says it is a viable prefix\ngrammar:\n" + g.ToString());
@@ -211,8 +225,16 @@ inline void CheckGrammar(const char* target, const Grammar& g, uint64_t seed) {
     std::vector<uint64_t> bits((kVocabSize + 63) / 64);
     m.FillNextTokenMask(bits.data());
     if (!m.status().ok()) continue;
-    for (int k = 0; k < 6; ++k) {
-      const auto id = static_cast<TokenId>(pick(kVocabSize));
+    // Six random ids, then EOS and the ids the grammar names as `<[id]>` (holes, EOS and
+    // normal ids among them: the vocabulary decides which can take the edge, matcher.h).
+    std::vector<TokenId> ids;
+    for (int k = 0; k < 6; ++k) ids.push_back(static_cast<TokenId>(pick(kVocabSize)));
+    ids.push_back(kEosId);
+    for (const Expr& e : g.exprs) {
+      if (ids.size() >= 16) break;
+      if (e.kind == ExprKind::kSpecialToken && e.token_id < kVocabSize) ids.push_back(e.token_id);
+    }
+    for (const TokenId id : ids) {
       const bool allowed = (bits[id >> 6] >> (id & 63)) & 1;
       bool want = false;
       if (id == kEosId) {

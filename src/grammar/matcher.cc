@@ -147,13 +147,15 @@ struct GrammarMatcher::Impl {
     return true;
   }
 
-  bool IsEos(TokenId id) const { return std::binary_search(v.eos.begin(), v.eos.end(), id); }
+  bool IsEos(TokenId id) const { return v.IsEos(id); }
 
   // The set after `id`, or nullopt. Never changes the matcher.
   bool Advance(TokenId id, StackSet& out) {
     if (id >= v.vocab_size) return false;
     StackSet by_special;
-    bool sp = sim.StepSpecial(cur, id, by_special);
+    // Only an id the vocabulary has as a token takes a `<[id]>` edge (TakesSpecialEdge): not a
+    // hole or an EOS id the grammar happens to name.
+    bool sp = v.TakesSpecialEdge(id) && sim.StepSpecial(cur, id, by_special);
     bool by = false;
     if (!v.special[id] && !v.bytes[id].empty()) by = sim.StepBytes(cur, v.bytes[id], out);
     if (CheckOverflow()) return false;
@@ -226,7 +228,7 @@ struct GrammarMatcher::Impl {
     for (int32_t n : cur.tops) {
       const int32_t g = arena[n].state;
       for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1]; ++k) {
-        if (a.specials[k].token < v.vocab_size) SetBit(bits, a.specials[k].token);
+        if (v.TakesSpecialEdge(a.specials[k].token)) SetBit(bits, a.specials[k].token);
       }
       if (a.HasBytes(g)) states.push_back(g);
     }
@@ -359,7 +361,7 @@ struct GrammarMatcher::Impl {
       const int32_t parent = arena[n].parent;
       for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1]; ++k) {
         TokenId t = a.specials[k].token;
-        if (t >= v.vocab_size || IsEos(t)) continue;
+        if (!v.TakesSpecialEdge(t)) continue;
         StackSet s;
         if (Advance(t, s)) offer(t, sim.Shortest(s));
       }
@@ -482,6 +484,9 @@ struct GrammarMatcher::Impl {
       }
       for (uint32_t k = a.special_begin[g]; k < a.special_begin[g + 1] && !moved; ++k) {
         const Automaton::Special& sp = a.specials[k];
+        // An edge no token can take (a hole, EOS) is no completion; dist counts it (the
+        // automaton is vocabulary-independent), so another edge may be one closer, or none.
+        if (!v.TakesSpecialEdge(sp.token)) continue;
         if (a.dist[sp.next] != kInfDist && uint64_t{a.dist[sp.next]} + 1 == d) {
           if (!AppendGreedy(text, out)) return std::nullopt;
           text.clear();

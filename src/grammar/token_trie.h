@@ -47,6 +47,16 @@ struct TokenVocabulary::Impl {
   std::vector<uint32_t> first_byte_end;  // [b]: first position whose first byte is > b
   size_t max_token_len = 0;
   size_t words() const { return (vocab_size + 63) / 64; }
+  bool IsEos(TokenId id) const { return std::binary_search(eos.begin(), eos.end(), id); }
+  // Whether emitting `id` can take a special-token edge `<[id]>` (ExprKind::kSpecialToken): an
+  // added/special token, or a normal token (which then may take either path). Never an EOS id
+  // (EOS only ends the grammar, matcher.h), a hole (no bytes and not special: an id the
+  // tokenizer lacks, a logit column past it) or an id past vocab_size, whatever the grammar
+  // names. The mask, AcceptToken and ShortestCompletion all ask this one predicate.
+  bool TakesSpecialEdge(TokenId id) const {
+    if (id >= vocab_size) return false;
+    return special[id] ? !IsEos(id) : !bytes[id].empty();
+  }
 
   // Tokens longer than this are "long" (TokenSpan, mask_cache.h): 912 of DeepSeek V3's
   // 128k are. long_pos lists their sorted positions in order, long_lcp the common prefix

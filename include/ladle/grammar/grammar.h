@@ -165,7 +165,8 @@ Result<Grammar> RegexGrammar(std::string_view pattern, const RegexOptions& opts 
 // EBNF: llama.cpp's GBNF dialect (docs/grammar.md): `name ::= alternatives`, "literals" with
 // escapes, [a-z] / [^...] classes, `.` any character, ( ) grouping, * + ? {m} {m,} {m,n},
 // `#` comments; the start rule is `root`. Extension: `<[128825]>` is the special token with
-// that id. Errors are kParseError with line:column.
+// that id (matcher.h: an id that is no token of the vocabulary, or EOS, is never allowed).
+// Errors are kParseError with line:column.
 Result<Grammar> EbnfGrammar(std::string_view text);
 
 // JSON Schema (draft 2020-12 plus the common older forms: definitions, dependencies,

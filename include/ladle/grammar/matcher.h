@@ -45,7 +45,10 @@ class TokenVocabulary {
   // `vocab_size` is the number of logit columns (129,280 for DeepSeek): ids past the
   // tokenizer's vocabulary are never allowed. Added/special tokens are excluded from byte
   // matching (a grammar reaches them only through ExprKind::kSpecialToken); `eos` ids are
-  // allowed exactly when the grammar can end.
+  // allowed exactly when the grammar can end. A kSpecialToken `<[id]>` is taken only by a
+  // token the vocabulary has under that id (a special one, or a normal one, which may then
+  // take either path): naming a hole (no bytes, not special), an EOS id or an id past
+  // vocab_size allows nothing there.
   static Result<std::shared_ptr<const TokenVocabulary>> FromTokenizer(
       const tokenizer::Tokenizer& tok, std::vector<TokenId> eos, size_t vocab_size = 129280);
   // For tests: explicit token bytes (index = id); `special` ids match only kSpecialToken.
@@ -169,7 +172,8 @@ class GrammarMatcher {
   // tokens as themselves. Its size is a token count that provably suffices, unlike
   // ShortestCompletionTokens(), which counts bytes: DSML markup is ~3 bytes a token. Empty
   // when the grammar can end here or is terminated; nullopt when it cannot be completed
-  // (failed) or some byte of the completion starts no vocabulary token.
+  // (failed), some byte of the completion starts no vocabulary token, or the shortest way on
+  // is a `<[id]>` no token can take (see TokenVocabulary).
   std::optional<std::vector<TokenId>> ShortestCompletion() const;
   // True once the budget forced the mask at least once (reported in the response).
   bool ForcedByBudget() const;

@@ -221,6 +221,71 @@ TEST(Matcher, EosExactlyWhenTheGrammarCanEnd) {
   EXPECT_FALSE(m.AcceptToken(0));
 }
 
+// A `<[id]>` terminal is the token `id` only if the vocabulary has such a token: an added /
+// special token, or a normal token (which may then take either path). An id without bytes that
+// is not special (a hole, or a logit column past the tokenizer), an EOS id (EOS only ends the
+// grammar) and an id past vocab_size are never allowed, whatever the grammar names: the mask
+// and AcceptToken agree with the reference. ebnf_fuzz found `root ::= "call" <[299]> [a-z]+`
+// (299 has no bytes in its vocabulary) allowing 299 after "call".
+TEST(Matcher, SpecialTerminalNamingANonTokenIsNeverAllowed) {
+  auto vocab = testing::SmallVocab();
+  const TokenId hole = 55;  // 50..69: logit columns without a token
+  ASSERT_TRUE(vocab->TokenBytes(hole).empty());
+  ASSERT_FALSE(vocab->IsSpecial(hole));
+  auto g = EbnfGrammar("root ::= \"call\" <[55]> [a-z]+");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto cg = CompiledGrammar::Compile(*g, vocab);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  GrammarMatcher m(*cg);
+  ASSERT_TRUE(m.AcceptString("call"));
+  auto bits = Mask(m, vocab->vocab_size());
+  EXPECT_FALSE(Bit(bits, hole));
+  EXPECT_EQ(testing::Count(bits), 0u);  // nothing the vocabulary has continues "call"
+  EXPECT_FALSE(m.AcceptToken(hole));
+  EXPECT_FALSE(m.CanTerminate());
+  // Nothing to complete with: no plan naming the hole.
+  EXPECT_FALSE(m.ShortestCompletion().has_value());
+
+  // EOS, an id past vocab_size, and a hole next to usable specials and a normal id named as a
+  // special (either path): only the last two kinds are allowed.
+  const std::string text = "root ::= \"ab\" (<[" + std::to_string(testing::kEos) + "]> | <[1000]> | <[" +
+                           std::to_string(hole) + "]> | <[" + std::to_string(testing::kSpecialA) +
+                           "]> | <[2]>) \"b\"";
+  auto g2 = EbnfGrammar(text);
+  ASSERT_TRUE(g2.ok()) << g2.status().ToString();
+  auto cg2 = CompiledGrammar::Compile(*g2, vocab);
+  ASSERT_TRUE(cg2.ok()) << cg2.status().ToString();
+  GrammarMatcher m2(*cg2);
+  ASSERT_TRUE(m2.AcceptToken(20));  // "ab"
+  auto bits2 = Mask(m2, vocab->vocab_size());
+  for (TokenId id = 0; id < vocab->vocab_size(); ++id) {
+    const bool want = id == testing::kSpecialA || id == 2;  // "c" by bytes or by <[2]>
+    EXPECT_EQ(Bit(bits2, id), want) << "id " << id;
+    GrammarMatcher fresh(*cg2);
+    ASSERT_TRUE(fresh.AcceptToken(20));
+    EXPECT_EQ(fresh.AcceptToken(id), want) << "id " << id;
+  }
+  auto plan = m2.ShortestCompletion();
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_TRUE((*plan)[0] == testing::kSpecialA || (*plan)[0] == 2) << (*plan)[0];
+  EXPECT_EQ((*plan)[1], 1u);  // "b"
+  GrammarMatcher m3(*cg2);
+  ASSERT_TRUE(m3.AcceptToken(20));
+  ASSERT_TRUE(m3.AcceptToken(testing::kSpecialA));
+  ASSERT_TRUE(m3.AcceptToken(1));
+  EXPECT_TRUE(m3.CanTerminate());
+}
+
+// The same grammars against brute force at every step of random walks (mask bit <=>
+// AcceptToken <=> reference), with the non-tokens inside repeats and nested rules.
+TEST(Matcher, SpecialTerminalsNamingNonTokensMatchBruteForce) {
+  auto g = EbnfGrammar("root ::= (item \",\")* item\n"
+                       "item ::= \"a\" <[55]> | \"b\" <[49]>? \"c\" | <[47]> [a-c]* | <[69]> | \"x\"");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  RandomWalks(*g, 10, 14, 11);
+}
+
 TEST(Matcher, LeftRecursionIsRejectedNamingTheRule) {
   auto vocab = testing::SmallVocab();
   GrammarBuilder b;
