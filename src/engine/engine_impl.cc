@@ -47,6 +47,7 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
   valid_vocab_ = std::min(vocab_, tok_.VocabSize());
   block_size_ = model_->config().block_size;
   ring_ = model_->config().swa_ring;
+  swa_ = SwaGeometry{block_size_, model_->config().window, ring_ - model_->config().window};
   device_ = std::make_unique<Device>();
   thread_ = std::thread([this] { Loop(); });
 }

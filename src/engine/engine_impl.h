@@ -17,6 +17,7 @@
 #include "device.h"
 #include "ladle/engine/block_manager.h"
 #include "ladle/engine/engine_config.h"
+#include "ladle/engine/kv_hit_policy.h"
 #include "ladle/engine/sampler.h"
 #include "ladle/engine/scheduler_policies.h"
 #include "stop_checker.h"
@@ -162,6 +163,7 @@ class EngineImpl : public Engine {
   size_t vocab_ = 0, valid_vocab_ = 0;
   int block_size_ = 128;
   int ring_ = 134;
+  SwaGeometry swa_;  // block, window and rollback of the model (the hit policy's geometry)
 
   std::unordered_map<RequestId, std::vector<std::shared_ptr<Seq>>> requests_;
   std::deque<std::shared_ptr<Seq>> waiting_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine_impl.h"
+#include "ladle/core/logging.h"
 
 namespace ladle::engine {
 
@@ -151,12 +152,9 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
   } else {
     std::vector<int32_t> hit;
     if (config_.prefix_cache) {
-      // Recipe "Hit policy": at most L − 134 (window + rollback) tokens can hit, in whole
-      // blocks. No SWA state is kept across sequences, so every hit is an SWA miss and backs
-      // off one block: its 128 tokens are recomputed only to rebuild the ring, reading the
-      // shared block's global KV without rewriting it (Encoder SWA Bounded Replay).
-      const int64_t cap = std::max<int64_t>(0, s->target - ring_) / block_size_;
-      const int64_t full = std::min<int64_t>(cap, s->target / block_size_);
+      // Recipe "Hit policy" (DecideHit): at most L − 134 (window + rollback) tokens can hit,
+      // in whole blocks.
+      const int64_t full = DecideHit(swa_, s->target, s->target, nullptr).block_reused / block_size_;
       while (static_cast<int64_t>(s->hashes.size()) < full) {
         const size_t i = s->hashes.size();
         s->hashes.push_back(HashBlock(i == 0 ? 0 : s->hashes[i - 1],
@@ -166,7 +164,12 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
       hit = blocks_.Match(std::span<const uint64_t>(s->hashes).first(full));
     }
     const int64_t kv_written = static_cast<int64_t>(hit.size()) * block_size_;
-    const int64_t cached = std::max<int64_t>(0, kv_written - block_size_);
+    // No SWA state is kept across sequences yet, so every hit is an SWA miss and backs off one
+    // window: those tokens are recomputed only to rebuild the ring, reading the shared blocks'
+    // global KV without rewriting it (Encoder SWA Bounded Replay).
+    const HitDecision hd = DecideHit(swa_, s->target, kv_written, /*swa_has=*/nullptr);
+    LADLE_CHECK(hd.block_reused == kv_written);
+    const int64_t cached = hd.hit;
     StepBudget trial = *budget;
     const int64_t q = chunk_->Take(s->target - cached, cached, &trial);
     v.available_blocks = blocks_.available_blocks();

@@ -1,6 +1,6 @@
 // A storage target: one directory, one failure domain. The fs target owns a small I/O thread
-// with an io_uring for reads and a writer thread for atomic writes (temp file + rename); the
-// fault target (fault_target.h) wraps one for tests. Chunks are stored as DIR/ab/cd/<32 hex>.
+// with an io_uring for reads and writer threads for atomic writes (temp file + rename); the
+// fault target (fault_target.h) wraps one for tests. Chunks are stored as DIR/ab/<32 hex>.
 #pragma once
 
 #include <chrono>
