@@ -51,6 +51,13 @@ class KvStorage {
   virtual void ResetSlot(int slot) {}
   // Copies global-KV block `from` to `to` (copy-on-write of a shared, partly filled block).
   virtual void CopyBlock(int from, int to) {}
+  // Byte access to one global-KV block: every component the model keeps for it, in one fixed
+  // layout, so a block written out (to the persistent store) and read back into any block of
+  // any storage of the same model serves the same hit. block_bytes() is 0 where a storage has
+  // no byte access; ReadBlock/WriteBlock then fail (false), as they do for a wrong size.
+  virtual size_t block_bytes() const { return 0; }
+  virtual bool ReadBlock(int block, std::span<uint8_t> out) const { return false; }
+  virtual bool WriteBlock(int block, std::span<const uint8_t> in) { return false; }
 };
 
 // One sequence's work in a forward pass.

@@ -53,4 +53,18 @@ void ModelKvStorage::CopyBlock(int from, int to) {
   std::memcpy(GlobalK(to), GlobalK(from), block_floats_ * sizeof(float));
 }
 
+bool ModelKvStorage::ReadBlock(int block, std::span<uint8_t> out) const {
+  LADLE_CHECK(block >= 0 && block < num_blocks_);
+  if (out.size() != block_bytes()) return false;
+  std::memcpy(out.data(), GlobalBlock(block), out.size());
+  return true;
+}
+
+bool ModelKvStorage::WriteBlock(int block, std::span<const uint8_t> in) {
+  LADLE_CHECK(block >= 0 && block < num_blocks_);
+  if (in.size() != block_bytes()) return false;
+  std::memcpy(GlobalK(block), in.data(), in.size());
+  return true;
+}
+
 }  // namespace ladle::engine::model

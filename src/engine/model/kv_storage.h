@@ -39,6 +39,10 @@ class ModelKvStorage final : public KvStorage {
   size_t bytes() const override { return (global_floats_ + ring_floats_) * sizeof(float); }
   void ResetSlot(int slot) override;
   void CopyBlock(int from, int to) override;
+  // K plane then V plane of the block, as floats in memory order.
+  size_t block_bytes() const override { return block_floats_ * sizeof(float); }
+  bool ReadBlock(int block, std::span<uint8_t> out) const override;
+  bool WriteBlock(int block, std::span<const uint8_t> in) override;
 
   // [block_size × kv_dim]
   float* GlobalK(int block) { return global_ + static_cast<size_t>(block) * block_floats_; }
@@ -54,6 +58,7 @@ class ModelKvStorage final : public KvStorage {
 
  private:
   float* SlotBase(int slot) { return rings_ + static_cast<size_t>(slot) * slot_floats_; }
+  const float* GlobalBlock(int block) const { return global_ + static_cast<size_t>(block) * block_floats_; }
 
   ModelConfig config_;
   int num_blocks_, num_slots_, layers_;

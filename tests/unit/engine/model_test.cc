@@ -310,6 +310,39 @@ TEST(ModelTest, EncoderReplayReusesBlocksAsIs) {
   EXPECT_EQ(Argmax(full.data(), c.vocab_size), Argmax(replayed.data(), c.vocab_size));
 }
 
+// A block read out as bytes (what the persistent store keeps) and written into another block
+// of a fresh storage serves the same hit, bit for bit, as the block it came from.
+TEST(ModelTest, BlockBytesRoundTripServesTheSameHit) {
+  ModelConfig c = Tiny();
+  auto m = MakeModel(c);
+  auto a = m->NewKvStorage(8, 2);
+  auto b = m->NewKvStorage(8, 2);
+  ASSERT_EQ(a->block_bytes(), 2 * static_cast<size_t>(c.block_size) * c.heads * c.head_dim * sizeof(float));
+  auto toks = Tokens(11, 48, c.vocab_size);
+  std::vector<int32_t> ta = {0, 1, 2};
+  (void)Fwd(*m, *a, Step(toks, 0, ta, 0, true));
+  // Blocks 0 and 1 of `a` go out as bytes and into blocks 5 and 3 of `b`.
+  std::vector<std::vector<uint8_t>> bytes(2, std::vector<uint8_t>(a->block_bytes()));
+  ASSERT_TRUE(a->ReadBlock(0, bytes[0]));
+  ASSERT_TRUE(a->ReadBlock(1, bytes[1]));
+  ASSERT_TRUE(b->WriteBlock(5, bytes[0]));
+  ASSERT_TRUE(b->WriteBlock(3, bytes[1]));
+  std::vector<uint8_t> wrong(a->block_bytes() - 1);
+  EXPECT_FALSE(a->ReadBlock(0, wrong));
+  EXPECT_FALSE(b->WriteBlock(4, wrong));
+  // The same 32-token hit with Encoder SWA Bounded Replay, once on the original blocks and once
+  // on the copies: identical logits.
+  std::vector<int32_t> pool_hit = {0, 1, 6}, store_hit = {5, 3, 6};
+  a->ResetSlot(1);
+  SeqStep s1 = Step(std::span(toks).subspan(16), 16, pool_hit, 1, true);
+  s1.kv_written = 32;
+  auto from_pool = Fwd(*m, *a, s1);
+  SeqStep s2 = Step(std::span(toks).subspan(16), 16, store_hit, 0, true);
+  s2.kv_written = 32;
+  auto from_store = Fwd(*m, *b, s2);
+  EXPECT_TRUE(BitEqual(from_pool, from_store));
+}
+
 // Eight sequences in the same state decode the same token in one batch: every row, at
 // every position of the batch, carries the same bits as the sequence run alone.
 TEST(ModelTest, RowPositionInBatchDoesNotMatter) {
