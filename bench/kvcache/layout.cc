@@ -123,8 +123,9 @@ RunResult StripedWrite(Targets& ts, const std::vector<std::vector<uint8_t>>& blo
   });
 }
 
-// Reads `domains` (a list) of `key`, decodes from the first K valid in-block chunks.
-void InBlockRead(Targets& ts, const BlockKey& key, const std::vector<unsigned>& domains, uint32_t cl,
+// Reads `domains` (a list) of `key`, decodes from the first K valid chunks of `cl` bytes (the
+// chunks of one in-block object, or of one stripe).
+void ReadAndDecode(Targets& ts, const BlockKey& key, const std::vector<unsigned>& domains, uint32_t cl,
                  kvcache::EcCodec& codec, std::function<void(bool)> done) {
   struct St {
     std::mutex mu;
@@ -197,47 +198,11 @@ void StripedRead(Targets& ts, size_t b, size_t block, unsigned down, kvcache::Ec
     return;
   }
   // The block's domain is down: every other chunk of the stripe, decode from the first 10.
-  struct St {
-    std::mutex mu;
-    std::vector<std::vector<uint8_t>> chunk = std::vector<std::vector<uint8_t>>(kN);
-    uint32_t valid = 0;
-    unsigned answered = 0;
-    bool finished = false;
-  };
-  auto st = std::make_shared<St>();
-  auto cb = std::make_shared<std::function<void(bool)>>(std::move(done));
+  std::vector<unsigned> others;
   for (unsigned x = 0; x < kN; ++x) {
-    if (x == down) continue;
-    ts.t[x]->ReadAsync(key, [st, cb, x, block, &codec](Result<std::vector<uint8_t>> r) {
-      std::unique_lock lock(st->mu);
-      ++st->answered;
-      if (st->finished) return;
-      if (r.ok()) {
-        auto dec = kvcache::DecodeChunk(*r);
-        if (dec.ok() && dec->payload.size() == block) {
-          st->chunk[x].assign(dec->payload.begin(), dec->payload.end());
-          st->valid |= 1u << x;
-        }
-      }
-      if (std::popcount(st->valid) == static_cast<int>(kK)) {
-        st->finished = true;
-        std::vector<uint8_t> out(block * kK);
-        std::vector<uint8_t*> src, dst(kK);
-        for (unsigned j = 0; j < kN; ++j) {
-          if (st->valid & (1u << j)) src.push_back(st->chunk[j].data());
-        }
-        for (unsigned j = 0; j < kK; ++j) dst[j] = out.data() + j * block;
-        bool ok = codec.Decode(block, st->valid, src.data(), dst.data());
-        Sink(out);
-        lock.unlock();
-        (*cb)(ok);
-      } else if (st->answered == kN - 1) {
-        st->finished = true;
-        lock.unlock();
-        (*cb)(false);
-      }
-    });
+    if (x != down) others.push_back(x);
   }
+  ReadAndDecode(ts, key, others, static_cast<uint32_t>(block), codec, std::move(done));
 }
 
 }  // namespace
@@ -266,7 +231,7 @@ Result<LayoutFigures> MeasureLayouts(const std::string& dir, size_t n, unsigned 
   for (unsigned d = 1; d < kN; ++d) all_but_0.push_back(d);
   auto inblock = [&](const std::vector<unsigned>& doms, unsigned qd) {
     return ClosedLoop(n, qd, block, [&](size_t i, std::function<void(bool)> done) {
-      InBlockRead(ts, KeyOf(1, i), doms, cl, codec, std::move(done));
+      ReadAndDecode(ts, KeyOf(1, i), doms, cl, codec, std::move(done));
     });
   };
   auto striped = [&](unsigned down, unsigned qd) {
