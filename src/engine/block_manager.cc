@@ -1,22 +1,19 @@
 #include "ladle/engine/block_manager.h"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include <xxhash.h>
-
 #include "ladle/core/logging.h"
 
 namespace ladle::engine {
 
-uint64_t HashBlock(uint64_t parent, std::span<const TokenId> tokens, uint64_t extra_key) {
-  // One streaming state over (parent, extra, tokens): the parent makes the hash name the
-  // whole prefix, not just this block, so equal blocks after different prefixes differ.
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  XXH3_64bits_update(&state, &parent, sizeof(parent));
-  XXH3_64bits_update(&state, &extra_key, sizeof(extra_key));
-  XXH3_64bits_update(&state, tokens.data(), tokens.size_bytes());
-  uint64_t h = XXH3_64bits_digest(&state);
-  return h == 0 ? 1 : h;  // 0 means "not cached" in the pool
+namespace {
+constexpr BlockHash kUnnamed{};
+bool Named(const BlockHash& h) { return !(h == kUnnamed); }
+}  // namespace
+
+BlockHash HashBlock(const BlockHash* parent, std::span<const TokenId> tokens, std::span<const kvcache::ExtraKey> extras) {
+  // The parent makes the key name the whole prefix, not just this block, so equal blocks after
+  // different prefixes differ.
+  BlockHash h = kvcache::ChainKey(parent, tokens, extras);
+  return Named(h) ? h : BlockHash{1, 0};  // all-zero means "not cached" in the pool
 }
 
 // Invariants (checked with LADLE_CHECK where they can break):
@@ -27,7 +24,7 @@ uint64_t HashBlock(uint64_t parent, std::span<const TokenId> tokens, uint64_t ex
 BlockManager::BlockManager(int num_blocks, int num_slots, int block_size, std::shared_ptr<BlockTier> tier)
     : block_size_(block_size),
       refcount_(num_blocks, 0),
-      hash_of_(num_blocks, 0),
+      hash_of_(num_blocks, kUnnamed),
       lru_pos_(num_blocks),
       in_lru_(num_blocks, false),
       slot_used_(num_slots, false),
@@ -39,9 +36,9 @@ BlockManager::BlockManager(int num_blocks, int num_slots, int block_size, std::s
 }
 
 void BlockManager::Unname(int32_t block) {
-  if (hash_of_[block] != 0) {
+  if (Named(hash_of_[block])) {
     by_hash_.erase(hash_of_[block]);
-    hash_of_[block] = 0;
+    hash_of_[block] = kUnnamed;
   }
 }
 
@@ -50,11 +47,11 @@ int32_t BlockManager::Allocate() {
   if (!free_.empty()) {
     b = free_.back();
     free_.pop_back();
-    LADLE_CHECK(refcount_[b] == 0 && hash_of_[b] == 0 && !in_lru_[b]);
+    LADLE_CHECK(refcount_[b] == 0 && !Named(hash_of_[b]) && !in_lru_[b]);
   } else if (!evictable_.empty()) {
     b = evictable_.front();
     evictable_.pop_front();
-    LADLE_CHECK(refcount_[b] == 0 && in_lru_[b] && hash_of_[b] != 0);
+    LADLE_CHECK(refcount_[b] == 0 && in_lru_[b] && Named(hash_of_[b]));
     in_lru_[b] = false;
     if (tier_) tier_->Offer(hash_of_[b], b);
     Unname(b);
@@ -86,7 +83,7 @@ void BlockManager::Release(int32_t block) {
   if (--refcount_[block] > 0) return;
   --used_;
   LADLE_CHECK(used_ >= 0 && !in_lru_[block]);
-  if (hash_of_[block] != 0) {
+  if (Named(hash_of_[block])) {
     lru_pos_[block] = evictable_.insert(evictable_.end(), block);
     in_lru_[block] = true;
   } else {
@@ -101,9 +98,9 @@ void BlockManager::ReleaseAll(std::vector<int32_t>* blocks) {
   blocks->clear();
 }
 
-std::vector<int32_t> BlockManager::Match(std::span<const uint64_t> hashes) {
+std::vector<int32_t> BlockManager::Match(std::span<const BlockHash> hashes) {
   std::vector<int32_t> out;
-  for (uint64_t h : hashes) {
+  for (const BlockHash& h : hashes) {
     auto it = by_hash_.find(h);
     if (it != by_hash_.end()) {
       Ref(it->second);
@@ -123,10 +120,10 @@ std::vector<int32_t> BlockManager::Match(std::span<const uint64_t> hashes) {
   return out;
 }
 
-void BlockManager::Register(int32_t block, uint64_t hash) {
+void BlockManager::Register(int32_t block, const BlockHash& hash) {
   // Only a block someone holds can be named: naming a free block would make garbage findable.
-  LADLE_CHECK(block >= 0 && static_cast<size_t>(block) < refcount_.size() && refcount_[block] > 0 && hash != 0);
-  if (hash_of_[block] != 0 || by_hash_.count(hash)) return;
+  LADLE_CHECK(block >= 0 && static_cast<size_t>(block) < refcount_.size() && refcount_[block] > 0 && Named(hash));
+  if (Named(hash_of_[block]) || by_hash_.count(hash)) return;
   hash_of_[block] = hash;
   by_hash_.emplace(hash, block);
 }

@@ -48,6 +48,9 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
   block_size_ = model_->config().block_size;
   ring_ = model_->config().swa_ring;
   swa_ = SwaGeometry{block_size_, model_->config().window, ring_ - model_->config().window};
+  key_extras_.push_back({kvcache::ExtraTag::kModel,
+                         config_.model_fingerprint.empty() ? ModelFingerprint(model_->config()) : config_.model_fingerprint});
+  if (config_.cache_salt != 0) key_extras_.push_back({kvcache::ExtraTag::kCacheSalt, std::to_string(config_.cache_salt)});
   device_ = std::make_unique<Device>();
   thread_ = std::thread([this] { Loop(); });
 }

@@ -61,7 +61,7 @@ struct Seq {
   bool decoding = false;
   int64_t kv_written = 0;  // global KV below this is already in the blocks (a prefix hit)
   std::vector<int32_t> blocks;
-  std::vector<uint64_t> hashes;  // chain hash of each full block of `tokens`
+  std::vector<BlockHash> hashes;  // chain key of each full block of `tokens`
   size_t registered = 0;         // blocks offered to the prefix cache
   int32_t slot = -1;
   int inflight = 0;              // launched batches not yet post-processed
@@ -164,6 +164,9 @@ class EngineImpl : public Engine {
   int block_size_ = 128;
   int ring_ = 134;
   SwaGeometry swa_;  // block, window and rollback of the model (the hit policy's geometry)
+  // Tagged extras of every block's chain key: the model fingerprint and the cache salt, so two
+  // models (or salts) never share a block in the pool or in a store they share.
+  std::vector<kvcache::ExtraKey> key_extras_;
 
   std::unordered_map<RequestId, std::vector<std::shared_ptr<Seq>>> requests_;
   std::deque<std::shared_ptr<Seq>> waiting_;

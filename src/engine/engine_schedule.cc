@@ -47,9 +47,9 @@ void EngineImpl::RegisterBlocks(Seq* s) {
   const size_t full = static_cast<size_t>(std::min<int64_t>(s->computed, s->tokens.size()) / block_size_);
   while (s->hashes.size() < full) {
     const size_t i = s->hashes.size();
-    const uint64_t parent = i == 0 ? 0 : s->hashes[i - 1];
+    const BlockHash* parent = i == 0 ? nullptr : &s->hashes[i - 1];
     s->hashes.push_back(HashBlock(parent, std::span<const TokenId>(s->tokens).subspan(i * block_size_, block_size_),
-                                  config_.cache_salt));
+                                  key_extras_));
   }
   for (; s->registered < full && s->registered < s->blocks.size(); ++s->registered)
     blocks_.Register(s->blocks[s->registered], s->hashes[s->registered]);
@@ -157,11 +157,11 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
       const int64_t full = DecideHit(swa_, s->target, s->target, nullptr).block_reused / block_size_;
       while (static_cast<int64_t>(s->hashes.size()) < full) {
         const size_t i = s->hashes.size();
-        s->hashes.push_back(HashBlock(i == 0 ? 0 : s->hashes[i - 1],
+        s->hashes.push_back(HashBlock(i == 0 ? nullptr : &s->hashes[i - 1],
                                       std::span<const TokenId>(s->tokens).subspan(i * block_size_, block_size_),
-                                      config_.cache_salt));
+                                      key_extras_));
       }
-      hit = blocks_.Match(std::span<const uint64_t>(s->hashes).first(full));
+      hit = blocks_.Match(std::span<const BlockHash>(s->hashes).first(full));
     }
     const int64_t kv_written = static_cast<int64_t>(hit.size()) * block_size_;
     // No SWA state is kept across sequences yet, so every hit is an SWA miss and backs off one

@@ -2,7 +2,9 @@
 // policy"). Owns WHICH global-KV blocks (128 tokens each) and SWA ring slots a sequence
 // uses; the model owns their contents. Blocks are reference-counted so that prefix hits
 // and n > 1 samples share them. A full block is named by a hash chain over its contents
-// (parent hash, its tokens, extra keys), so a later prompt with the same prefix finds it.
+// (parent hash, its tokens, extra keys), so a later prompt with the same prefix finds it. The
+// name is the persistent store's 128-bit chain key (kvcache::ChainKey), so a pool hit and a
+// store hit name the same block, across processes and restarts.
 //
 // Single-threaded: only the engine's scheduler thread calls it.
 #pragma once
@@ -15,22 +17,27 @@
 #include <vector>
 
 #include "ladle/engine/engine.h"
+#include "ladle/kvcache/kv_store.h"
 
 namespace ladle::engine {
 
 // A store below the pool (e.g. a persistent block store, as the recipe's 3FS tier). The pool
 // asks it on a miss and offers it blocks it is about to evict; the scheduler never sees it.
+using BlockHash = kvcache::BlockKey;
+
 class BlockTier {
  public:
   virtual ~BlockTier() = default;
   // Pool miss for `hash`: if the tier holds that block it fills `block` and returns true.
-  virtual bool Fetch(uint64_t hash, int32_t block) = 0;
+  virtual bool Fetch(const BlockHash& hash, int32_t block) = 0;
   // A complete block is leaving the pool (evicted for reuse): last chance to persist it.
-  virtual void Offer(uint64_t hash, int32_t block) = 0;
+  virtual void Offer(const BlockHash& hash, int32_t block) = 0;
 };
 
-// H(parent, tokens, extra_key) with XXH3-64. `parent` is 0 for the first block.
-uint64_t HashBlock(uint64_t parent, std::span<const TokenId> tokens, uint64_t extra_key);
+// kvcache::ChainKey(parent, tokens, extras): XXH3-128 with a fixed seed over the parent key, the
+// block's tokens and the tagged extras (model fingerprint, cache salt, tenant). `parent` is null
+// for the first block. Never all-zero (that means "not cached" in the pool).
+BlockHash HashBlock(const BlockHash* parent, std::span<const TokenId> tokens, std::span<const kvcache::ExtraKey> extras);
 
 class BlockManager {
  public:
@@ -55,11 +62,11 @@ class BlockManager {
 
   // Longest run of cached blocks whose chain hashes are `hashes[0..]`, each returned with a
   // reference taken. Asks the tier on the first pool miss.
-  std::vector<int32_t> Match(std::span<const uint64_t> hashes);
+  std::vector<int32_t> Match(std::span<const BlockHash> hashes);
   // Names a full, computed block so later prompts can share it. A hash already cached keeps
   // its first block (the duplicate stays private).
-  void Register(int32_t block, uint64_t hash);
-  bool IsCached(uint64_t hash) const { return by_hash_.count(hash) != 0; }
+  void Register(int32_t block, const BlockHash& hash);
+  bool IsCached(const BlockHash& hash) const { return by_hash_.count(hash) != 0; }
 
   int32_t AllocateSlot();  // -1 when none
   void FreeSlot(int32_t slot);
@@ -69,12 +76,15 @@ class BlockManager {
 
   int block_size_;
   std::vector<int> refcount_;
-  std::vector<uint64_t> hash_of_;      // 0 = not cached
+  struct HashOf {
+    size_t operator()(const BlockHash& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL)); }
+  };
+  std::vector<BlockHash> hash_of_;     // all-zero = not cached
   std::vector<int32_t> free_;          // never cached, refcount 0
   std::list<int32_t> evictable_;       // cached, refcount 0, least recent first
   std::vector<std::list<int32_t>::iterator> lru_pos_;
   std::vector<bool> in_lru_;
-  std::unordered_map<uint64_t, int32_t> by_hash_;
+  std::unordered_map<BlockHash, int32_t, HashOf> by_hash_;
   std::vector<int32_t> free_slots_;
   std::vector<bool> slot_used_;  // handed out by AllocateSlot and not yet freed
   int used_ = 0;

@@ -56,6 +56,10 @@ struct EngineConfig {
   bool overlap_masks = true;
   bool prefix_cache = true;
   uint64_t cache_salt = 0;  // extra key of every block hash (e.g. model revision)
+  // The model's identity in every block's chain key (ExtraTag::kModel). Empty: derived from the
+  // ModelConfig (ModelFingerprint), which does not see the weights: a server loading weights
+  // from files should set it (e.g. from their hashes) before blocks go to a shared store.
+  std::string model_fingerprint;
   TokenId eos_id = 1;
   // Added to the end-of-sentence logit before sampling (0: off). For random-weight test and demo
   // models only, whose EOS is otherwise ~1 in the vocabulary size: with a bias their answers

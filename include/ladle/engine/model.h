@@ -35,6 +35,10 @@ struct ModelConfig {
   static Result<ModelConfig> FromFile(const std::string& path);
 };
 
+// Every field of the config, in a fixed order ("ladle-ref/v1 vocab_size=... seed=..."): the
+// model part of a block's chain key when nothing better (a weights hash) is given.
+std::string ModelFingerprint(const ModelConfig& c);
+
 // Where the KV lives. `num_blocks` global-KV blocks of `block_size` tokens; `num_slots`
 // per-sequence SWA rings (one per running sequence, every SWA layer).
 class KvStorage {

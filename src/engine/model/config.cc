@@ -96,6 +96,15 @@ Status WriteConfig(const ModelConfig& c, const std::string& path) {
 
 }  // namespace model
 
+std::string ModelFingerprint(const ModelConfig& c) {
+  std::ostringstream out;
+  out << "ladle-ref/v1";
+  for (const model::IntField& f : model::kIntFields) out << ' ' << f.name << '=' << c.*(f.field);
+  out.precision(9);
+  out << " rope_theta=" << c.rope_theta << " rms_eps=" << c.rms_eps << " seed=" << c.seed;
+  return out.str();
+}
+
 Result<ModelConfig> ModelConfig::FromFile(const std::string& path) { return model::ReadConfig(path, ModelConfig{}); }
 
 }  // namespace ladle::engine

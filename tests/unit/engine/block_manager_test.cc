@@ -7,11 +7,34 @@
 namespace ladle::engine {
 namespace {
 
-std::vector<uint64_t> Chain(const std::vector<TokenId>& toks, int bs, uint64_t salt = 0) {
-  std::vector<uint64_t> h;
+std::vector<BlockHash> Chain(const std::vector<TokenId>& toks, int bs, uint64_t salt = 0) {
+  std::vector<BlockHash> h;
+  std::vector<kvcache::ExtraKey> extras;
+  if (salt != 0) extras.push_back({kvcache::ExtraTag::kCacheSalt, std::to_string(salt)});
   for (size_t i = 0; i + bs <= toks.size(); i += bs)
-    h.push_back(HashBlock(h.empty() ? 0 : h.back(), std::span<const TokenId>(toks).subspan(i, bs), salt));
+    h.push_back(HashBlock(h.empty() ? nullptr : &h.back(), std::span<const TokenId>(toks).subspan(i, bs), extras));
   return h;
+}
+
+// A name for tests that do not need a real chain.
+BlockHash H(uint64_t x) { return BlockHash{x, 0}; }
+
+// The pool names blocks with the persistent store's keys: a chain built here equals the
+// store's ChainKeys over the same tokens and extras, so a store Match finds what the pool named.
+TEST(BlockManager, ChainKeysAreTheStoresKeys) {
+  std::vector<TokenId> toks(128 * 3 + 17);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<TokenId>(i * 7919 % 129280);
+  std::vector<kvcache::ExtraKey> extras = {{kvcache::ExtraTag::kModel, "m"}, {kvcache::ExtraTag::kCacheSalt, "5"}};
+  std::vector<BlockHash> ours;
+  for (size_t i = 0; i + 128 <= toks.size(); i += 128)
+    ours.push_back(HashBlock(ours.empty() ? nullptr : &ours.back(), std::span<const TokenId>(toks).subspan(i, 128), extras));
+  std::vector<uint32_t> ids(toks.begin(), toks.end());
+  EXPECT_EQ(ours, kvcache::ChainKeys(ids, extras));
+  ASSERT_EQ(ours.size(), 3u);
+  // Another model fingerprint names every block differently.
+  std::vector<kvcache::ExtraKey> other = {{kvcache::ExtraTag::kModel, "m2"}, {kvcache::ExtraTag::kCacheSalt, "5"}};
+  auto theirs = kvcache::ChainKeys(ids, other);
+  for (size_t i = 0; i < ours.size(); ++i) EXPECT_FALSE(ours[i] == theirs[i]);
 }
 
 TEST(BlockManager, AllocateRefReleaseCounts) {
@@ -53,8 +76,8 @@ TEST(BlockManager, MatchSharesRegisteredBlocksAndStopsAtFirstMiss) {
   ASSERT_EQ(hit.size(), 2u);
   EXPECT_EQ(hit[0], b0);
   EXPECT_EQ(m.refcount(b0), 2);
-  std::vector<uint64_t> skip = {h[1]};
-  EXPECT_EQ(m.Match(std::span<const uint64_t>(h).subspan(2)).size(), 0u);
+  std::vector<BlockHash> skip = {h[1]};
+  EXPECT_EQ(m.Match(std::span<const BlockHash>(h).subspan(2)).size(), 0u);
   m.ReleaseAll(&hit);
   EXPECT_EQ(m.refcount(b1), 1);
 }
@@ -98,9 +121,9 @@ TEST(BlockManager, EvictsLeastRecentlyReleased) {
 TEST(BlockManager, DuplicateRegistrationKeepsTheFirstBlock) {
   BlockManager m(2, 1, 128);
   int32_t a = m.Allocate(), b = m.Allocate();
-  m.Register(a, 42);
-  m.Register(b, 42);
-  std::vector<uint64_t> h = {42};
+  m.Register(a, H(42));
+  m.Register(b, H(42));
+  std::vector<BlockHash> h = {H(42)};
   auto hit = m.Match(h);
   ASSERT_EQ(hit.size(), 1u);
   EXPECT_EQ(hit[0], a);
@@ -110,12 +133,12 @@ TEST(BlockManager, DuplicateRegistrationKeepsTheFirstBlock) {
 
 class MapTier : public BlockTier {
  public:
-  bool Fetch(uint64_t hash, int32_t block) override {
+  bool Fetch(const BlockHash& hash, int32_t block) override {
     ++fetches;
-    return stored.count(hash) != 0;
+    return stored.count(hash.lo) != 0;
   }
-  void Offer(uint64_t hash, int32_t block) override { stored[hash] = block; }
-  std::map<uint64_t, int32_t> stored;
+  void Offer(const BlockHash& hash, int32_t block) override { stored[hash.lo] = block; }
+  std::map<uint64_t, int32_t> stored;  // by hash.lo (the tests' names are H(x))
   int fetches = 0;
 };
 
@@ -123,16 +146,16 @@ TEST(BlockManager, TierSeesEvictionsAndFillsMisses) {
   auto tier = std::make_shared<MapTier>();
   BlockManager m(1, 1, 128, tier);
   int32_t a = m.Allocate();
-  m.Register(a, 99);
+  m.Register(a, H(99));
   m.Release(a);
   int32_t b = m.Allocate();  // evicts 99: offered to the tier
   EXPECT_EQ(tier->stored.count(99), 1u);
   m.Release(b);
-  std::vector<uint64_t> h = {99};
+  std::vector<BlockHash> h = {H(99)};
   auto hit = m.Match(h);  // pool miss, tier hit
   ASSERT_EQ(hit.size(), 1u);
   EXPECT_EQ(tier->fetches, 1);
-  EXPECT_TRUE(m.IsCached(99));
+  EXPECT_TRUE(m.IsCached(H(99)));
 }
 
 TEST(BlockManager, Slots) {
