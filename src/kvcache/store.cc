@@ -270,7 +270,7 @@ struct PutKey {
 }  // namespace
 
 void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const uint8_t>> values, TrafficClass cls,
-                PutDone done) {
+                PutDone done, std::optional<BlockKey> parent_of_first) {
   auto batch = std::make_shared<PutBatch>();
   batch->statuses.resize(keys.size());
   batch->remaining = keys.size();
@@ -310,6 +310,13 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
         e.depth = entries[i - 1].depth + 1;
         // A child never outlives its parent: after the parent expires it is unreachable anyway.
         e.expire_ms = std::min(e.expire_ms, entries[i - 1].expire_ms);
+      } else if (parent_of_first && !(*parent_of_first == keys[0])) {
+        // The caller continues a chain put earlier: link to it, one deeper, expiring no later.
+        e.has_parent = true;
+        e.parent = *parent_of_first;
+        auto pit = catalog_.find(*parent_of_first);
+        e.depth = pit == catalog_.end() ? 1 : pit->second.depth + 1;
+        if (pit != catalog_.end()) e.expire_ms = std::min(e.expire_ms, pit->second.expire_ms);
       } else if (auto it = catalog_.find(keys[0]); it != catalog_.end() && it->second.has_parent) {
         // Rewriting a known block keeps its link.
         e.has_parent = true;

@@ -40,7 +40,7 @@ class Store final : public KvStore {
   void Match(std::span<const BlockKey> keys, MatchDone done) override;
   void Get(std::span<const BlockKey> keys, std::span<const MutableBuffer> buffers, GetDone done) override;
   void Put(std::span<const BlockKey> keys, std::span<const std::span<const uint8_t>> values, TrafficClass cls,
-           PutDone done) override;
+           PutDone done, std::optional<BlockKey> parent_of_first = std::nullopt) override;
   void Delete(std::span<const BlockKey> keys, DeleteDone done) override;
   StoreStat Stat() override;
   Result<uint64_t> RunGcOnce() override;

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -147,9 +148,11 @@ class KvStore {
   // or the error (kResourceExhausted on ENOSPC, kIoError, ...). The values are copied before
   // Put returns. The keys of one call are taken as a chain in order (keys[i-1] is keys[i]'s
   // parent): GC evicts children before parents, so put unrelated blocks in separate calls.
+  // `parent_of_first` links keys[0] to a block put earlier (a sequence's new blocks continue
+  // the chain its older blocks began); without it keys[0] keeps the link it had, if any.
   using PutDone = std::function<void(std::vector<Status>)>;
   virtual void Put(std::span<const BlockKey> keys, std::span<const std::span<const uint8_t>> values,
-                   TrafficClass cls, PutDone done) = 0;
+                   TrafficClass cls, PutDone done, std::optional<BlockKey> parent_of_first = std::nullopt) = 0;
 
   using DeleteDone = std::function<void(std::vector<Status>)>;
   virtual void Delete(std::span<const BlockKey> keys, DeleteDone done) = 0;

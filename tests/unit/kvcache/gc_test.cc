@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -178,6 +181,52 @@ TEST(KvGc, LeaseHoldsOffGc) {
   EXPECT_TRUE(testing_values::IsValueOf(old, buf.data(), *got));
   c->Reset();
   EXPECT_EQ(*s.RunGcOnce(), 1u);  // the lease is gone: now `old` goes too
+}
+
+// A chain put in pieces (as an engine writes a sequence's blocks as they fill), each piece
+// naming the last block of the one before: GC still evicts children first. Here the parent
+// pieces are the least recently written, so without the link LRU would take them first.
+TEST(KvGc, ChainPutInPiecesKeepsItsLinks) {
+  TempDir t;
+  Clock clock;
+  StoreOptions o;
+  o.now_ms = clock.Fn();
+  o.gc_in_process = false;
+  const size_t len = 1000;
+  o.capacity_bytes = 40 * FileBytes(len);
+  o.high_watermark = 0.5;
+  o.low_watermark = 0.25;
+  auto store = KvStore::Open("fs:" + t.Sub("fs"), o);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  std::vector<BlockKey> chain = Chain(900, 24);
+  for (size_t i = 0; i < chain.size(); i += 4) {
+    clock.ms += 10;
+    std::vector<std::vector<uint8_t>> vals;
+    std::vector<std::span<const uint8_t>> spans;
+    for (size_t j = i; j < i + 4; ++j) vals.push_back(testing_values::ValueFor(chain[j], len));
+    for (auto& v : vals) spans.emplace_back(v);
+    std::optional<BlockKey> parent;
+    if (i > 0) parent = chain[i - 1];
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    s.Put(std::span(chain).subspan(i, 4), spans, TrafficClass::kChatbot,
+          [&](std::vector<Status> st) {
+            for (auto& x : st) EXPECT_TRUE(x.ok()) << x.ToString();
+            std::lock_guard lock(mu);
+            done = true;
+            cv.notify_all();
+          },
+          parent);
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return done; }));
+  }
+  ASSERT_GT(*s.RunGcOnce(), 0u);
+  // What is left is a prefix of the chain: no block without its parent.
+  size_t hit = *s.MatchSync(chain);
+  EXPECT_GT(hit, 0u);
+  for (size_t i = hit; i < chain.size(); ++i) EXPECT_EQ(*s.MatchSync(std::span(&chain[i], 1)), 0u) << i;
 }
 
 // GC in process every few ms, writers pushing use over the watermark, readers checking bytes.
