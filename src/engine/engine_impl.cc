@@ -78,6 +78,7 @@ Result<RequestId> EngineImpl::Submit(SubmitRequest request, OutputSink sink) {
   r->prompt = std::move(request.prompt);
   r->params = p;
   r->mask = std::move(request.mask);
+  r->agent_traffic = request.agent_traffic;
   r->sink = std::move(sink);
   {
     std::lock_guard lk(mu_);
@@ -107,6 +108,11 @@ Stats EngineImpl::GetStats() const {
   s.kv_blocks_total = static_cast<size_t>(config_.num_blocks);
   s.prefix_hit_tokens = stat_prefix_hits_.load();
   s.generated_tokens = stat_generated_.load();
+  s.kv_store_writes = store_counters_->writes.load();
+  s.kv_store_write_drops = store_counters_->drops.load();
+  s.kv_store_write_errors = store_counters_->errors.load();
+  s.kv_store_writes_agent = store_counters_->agent.load();
+  s.kv_store_writes_chatbot = store_counters_->chatbot.load();
   s.device_idle_fraction = device_ ? device_->idle_fraction() : 0.0;
   return s;
 }
@@ -327,6 +333,53 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
       after_gap);
 }
 
+void EngineImpl::FlushPersists() {
+  if (persist_.empty()) return;
+  auto pieces = std::make_shared<std::vector<PersistPiece>>(std::move(persist_));
+  persist_.clear();
+  device_->Launch(
+      [this, pieces] {
+        const size_t bytes = kv_->block_bytes();
+        std::shared_ptr<StoreCounters> counters = store_counters_;
+        for (PersistPiece& piece : *pieces) {
+          const int64_t need = static_cast<int64_t>(bytes * piece.blocks.size());
+          if (counters->inflight_bytes.load() + need > config_.kv_store_max_inflight_bytes) {
+            counters->drops += piece.blocks.size();  // back-pressure: never queue without bound
+            continue;
+          }
+          std::vector<std::vector<uint8_t>> values(piece.blocks.size(), std::vector<uint8_t>(bytes));
+          std::vector<std::span<const uint8_t>> spans;
+          bool ok = true;
+          for (size_t i = 0; i < piece.blocks.size(); ++i) {
+            ok = ok && kv_->ReadBlock(piece.blocks[i], values[i]);
+            spans.emplace_back(values[i]);
+          }
+          if (!ok) {
+            counters->errors += piece.blocks.size();
+            continue;
+          }
+          counters->inflight_bytes += need;
+          const bool agent = piece.agent;
+          // Put copies the values before it returns; the completion only counts.
+          config_.kv_store->Put(
+              piece.keys, spans, agent ? kvcache::TrafficClass::kAgent : kvcache::TrafficClass::kChatbot,
+              [counters, need, agent](std::vector<Status> st) {
+                for (const Status& x : st) {
+                  if (x.ok()) {
+                    ++counters->writes;
+                    ++(agent ? counters->agent : counters->chatbot);
+                  } else {
+                    ++counters->errors;
+                  }
+                }
+                counters->inflight_bytes -= need;
+              },
+              piece.parent);
+        }
+      },
+      false);
+}
+
 void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
   device_->Launch(
       [this, b] {
@@ -374,6 +427,9 @@ void EngineImpl::PostProcess(const std::shared_ptr<Batch>& b) {
     if (e.sample) AcceptToken(s, e.result);
     RegisterBlocks(s);
   }
+  // A sequence that finished here frees its blocks for the next schedule: their copy-out must
+  // be queued before the forward that may reuse them.
+  FlushPersists();
   if (config_.on_step) config_.on_step(b->record);
 }
 
@@ -408,6 +464,7 @@ void EngineImpl::Loop() {
       after_gap = false;
       inflight_.push_back(batch);
     }
+    FlushPersists();  // after the forward that computed them, before any later one
     if (config_.async_scheduling) {
       // post-process(N−1) while the device runs N; then launch_sample(N+1).
       while (inflight_.size() > 2) {

@@ -34,6 +34,7 @@ struct Request {
   int unfinished = 0;
   int64_t cached_tokens = 0;
   bool counted_queued = true;  // still counted in the queue depth
+  bool agent_traffic = false;  // the store's traffic class of its blocks
 };
 
 // What the device thread owns of a sequence: its sampler state and the last sampled token,
@@ -167,6 +168,26 @@ class EngineImpl : public Engine {
   // Tagged extras of every block's chain key: the model fingerprint and the cache salt, so two
   // models (or salts) never share a block in the pool or in a store they share.
   std::vector<kvcache::ExtraKey> key_extras_;
+
+  // Blocks named since the last flush, to write to config_.kv_store: a chain piece of one
+  // sequence each. Flushed onto the device right after the forward that computed them is
+  // launched (and at the end of post-processing), so the copy-out runs after that forward and
+  // before any later forward that could reuse the block (the device is FIFO).
+  struct PersistPiece {
+    std::vector<int32_t> blocks;
+    std::vector<BlockHash> keys;
+    std::optional<BlockHash> parent;
+    bool agent = false;
+  };
+  std::vector<PersistPiece> persist_;  // scheduler thread only
+  void FlushPersists();
+  // Shared with store completions, which may run after the engine is gone.
+  struct StoreCounters {
+    std::atomic<int64_t> inflight_bytes{0};
+    std::atomic<uint64_t> writes{0}, drops{0}, errors{0}, agent{0}, chatbot{0};
+  };
+  std::shared_ptr<StoreCounters> store_counters_ = std::make_shared<StoreCounters>();
+  bool warned_no_block_bytes_ = false;
 
   std::unordered_map<RequestId, std::vector<std::shared_ptr<Seq>>> requests_;
   std::deque<std::shared_ptr<Seq>> waiting_;

@@ -51,8 +51,30 @@ void EngineImpl::RegisterBlocks(Seq* s) {
     s->hashes.push_back(HashBlock(parent, std::span<const TokenId>(s->tokens).subspan(i * block_size_, block_size_),
                                   key_extras_));
   }
-  for (; s->registered < full && s->registered < s->blocks.size(); ++s->registered)
-    blocks_.Register(s->blocks[s->registered], s->hashes[s->registered]);
+  PersistPiece piece;
+  for (; s->registered < full && s->registered < s->blocks.size(); ++s->registered) {
+    const BlockHash& key = s->hashes[s->registered];
+    // A key the pool already had was computed (and written) by someone else: the duplicate
+    // stays private and is not written again.
+    const bool fresh = !blocks_.IsCached(key);
+    blocks_.Register(s->blocks[s->registered], key);
+    if (!config_.kv_store || !fresh) continue;
+    if (kv_->block_bytes() == 0) {
+      if (!warned_no_block_bytes_) LADLE_LOG_WARN("engine.kv_store_unused reason=\"the model's KV storage has no byte access\"");
+      warned_no_block_bytes_ = true;
+      continue;
+    }
+    if (piece.blocks.empty() && s->registered > 0) piece.parent = s->hashes[s->registered - 1];
+    if (!piece.blocks.empty() && !(piece.keys.back() == s->hashes[s->registered - 1])) {
+      persist_.push_back(std::move(piece));  // a gap (a duplicate between): a new piece
+      piece = PersistPiece{};
+      piece.parent = s->hashes[s->registered - 1];
+    }
+    piece.blocks.push_back(s->blocks[s->registered]);
+    piece.keys.push_back(key);
+    piece.agent = s->req->agent_traffic;
+  }
+  if (!piece.blocks.empty()) persist_.push_back(std::move(piece));
 }
 
 bool EngineImpl::ScheduleDecode(const std::shared_ptr<Seq>& sp, Batch* b, std::vector<Seq*>* in_batch) {

@@ -79,6 +79,10 @@ struct Stats {
   size_t kv_blocks_used = 0, kv_blocks_total = 0;
   uint64_t prefix_hit_tokens = 0;
   uint64_t generated_tokens = 0;
+  // Blocks written to the persistent store (EngineConfig::kv_store), dropped under its
+  // back-pressure, and failed; by traffic class for the written ones.
+  uint64_t kv_store_writes = 0, kv_store_write_drops = 0, kv_store_write_errors = 0;
+  uint64_t kv_store_writes_agent = 0, kv_store_writes_chatbot = 0;
   double device_idle_fraction = 0.0;
 };
 
@@ -86,6 +90,9 @@ struct SubmitRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
   std::shared_ptr<MaskProvider> mask;  // may be null
+  // The traffic class of the blocks this request writes to a persistent store (its TTL there):
+  // agent (recipe: 3 days) or chatbot (7 days, the default).
+  bool agent_traffic = false;
 };
 
 // Outputs are delivered on the engine's thread; the sink must not block (hand off to a queue).

@@ -70,6 +70,13 @@ struct EngineConfig {
   int64_t shutdown_deadline_ms = 30'000;
 
   std::shared_ptr<BlockTier> tier;  // optional store below the block pool
+  // Optional persistent block store (kvcache, the recipe's 3FS role): every full block a
+  // forward computes (prefill and decode) is written to it asynchronously, in the request's
+  // traffic class, as a chain piece linked to the sequence's previous block. A write never
+  // delays a step: past kv_store_max_inflight_bytes of writes in flight, blocks are dropped and
+  // counted (Stats::kv_store_write_drops), never queued without bound.
+  std::shared_ptr<kvcache::KvStore> kv_store;
+  int64_t kv_store_max_inflight_bytes = 256ll << 20;
   std::function<void(const StepRecord&)> on_step;  // optional; must not block
 };
 
