@@ -4,7 +4,9 @@
 // command line wins over the file.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +16,7 @@
 #include "ladle/engine/model.h"
 #include "ladle/frontend/model_version.h"
 #include "ladle/json/json.h"
+#include "ladle/kvcache/kv_store.h"
 #include "ladle/server/server.h"
 #include "ladle/tokenizer/tokenizer.h"
 
@@ -51,6 +54,7 @@ struct ServeOpts {
   int64_t drain_deadline_ms = 30000;
   int kv_blocks = 512;
   int max_running = 64;
+  std::string kv_store;  // persistent block store URI; empty: none
   std::string chunk_policy = "time";
   std::string cost_model;
   bool no_async = false;
@@ -156,6 +160,28 @@ int RunServe(const ServeOpts& opts) {
   ec.shutdown_deadline_ms = opts.drain_deadline_ms;
   ec.max_model_len = opts.max_model_len;
   ec.eos_logit_bias = static_cast<float>(opts.eos_logit_bias);
+  if (!opts.model.empty()) {
+    // The config alone does not tell two checkpoints apart: add the weight files' names and
+    // sizes, so blocks of different weights never share store keys.
+    std::string fp = engine::ModelFingerprint(model_config) + " weights:";
+    std::error_code err;
+    std::vector<std::string> files;
+    for (const auto& f : std::filesystem::directory_iterator(opts.model, err)) {
+      if (f.path().extension() == ".safetensors") files.push_back(f.path().filename().string() + "=" + std::to_string(f.file_size(err)));
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) fp += " " + f;
+    ec.model_fingerprint = fp;
+  }
+  if (!opts.kv_store.empty()) {
+    auto store = kvcache::KvStore::Open(opts.kv_store, kvcache::StoreOptions{});
+    if (!store.ok()) {
+      LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(store.status().ToString()));
+      return 1;
+    }
+    ec.kv_store = std::shared_ptr<kvcache::KvStore>(std::move(store).value());
+    LADLE_LOG_INFO("serve.kv_store uri={}", LogSafe(opts.kv_store));
+  }
   auto eng = engine::CreateEngine(ec, std::move(model).value(), *version_tok);
   if (!eng.ok()) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(eng.status().ToString()));
@@ -260,6 +286,9 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_option("--drain-deadline-ms", opts->drain_deadline_ms, "SIGTERM: how long in-flight requests may finish")->capture_default_str();
   cmd->add_option("--kv-blocks", opts->kv_blocks, "global-KV blocks of 128 tokens")->capture_default_str();
   cmd->add_option("--max-running", opts->max_running, "sequences in the running batch")->capture_default_str();
+  cmd->add_option("--kv-store", opts->kv_store,
+                  "persistent KV block store (fs:DIR or ec:K+M:DIR0,...): every full block of a prompt or answer is written "
+                  "to it (see `ladle kv`)");
   cmd->add_option("--chunk-policy", opts->chunk_policy, "chunked prefill: time or fixed")->capture_default_str();
   cmd->add_option("--cost-model", opts->cost_model, "cost model file (loaded if present, else profiled and saved)");
   cmd->add_flag("--no-async", opts->no_async, "turn off asynchronous scheduling");

@@ -104,6 +104,14 @@ std::string Metrics::Render(const engine::Stats& stats) {
   gauge("ladle_kv_blocks_total", "gauge", "Global-KV blocks in the pool.", stats.kv_blocks_total);
   gauge("ladle_prefix_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", stats.prefix_hit_tokens);
   gauge("ladle_generated_tokens_total", "counter", "Tokens the engine generated.", stats.generated_tokens);
+  gauge("ladle_kv_store_writes_total", "counter", "Blocks written to the persistent KV store.", stats.kv_store_writes);
+  gauge("ladle_kv_store_writes_agent_total", "counter", "Blocks written to the KV store in the agent class.",
+        stats.kv_store_writes_agent);
+  gauge("ladle_kv_store_writes_chatbot_total", "counter", "Blocks written to the KV store in the chatbot class.",
+        stats.kv_store_writes_chatbot);
+  gauge("ladle_kv_store_write_drops_total", "counter", "Blocks not written: the KV store's writes in flight were at their bound.",
+        stats.kv_store_write_drops);
+  gauge("ladle_kv_store_write_errors_total", "counter", "Blocks the KV store failed to write.", stats.kv_store_write_errors);
   gauge("ladle_generation_tokens_per_second", "gauge", "Generated tokens per second between scrapes.", tokens_per_s_);
   // The Prometheus client libraries' name, so dashboards and the load test find it.
   gauge("process_resident_memory_bytes", "gauge", "Resident memory of the server process.", ResidentBytes());
