@@ -46,8 +46,7 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
   vocab_ = static_cast<size_t>(model_->config().vocab_size);
   valid_vocab_ = std::min(vocab_, tok_.VocabSize());
   block_size_ = model_->config().block_size;
-  ring_ = model_->config().swa_ring;
-  swa_ = SwaGeometry{block_size_, model_->config().window, ring_ - model_->config().window};
+  swa_ = SwaGeometry{block_size_, model_->config().window, model_->config().swa_ring - model_->config().window};
   key_extras_.push_back({kvcache::ExtraTag::kModel,
                          config_.model_fingerprint.empty() ? ModelFingerprint(model_->config()) : config_.model_fingerprint});
   if (config_.cache_salt != 0) key_extras_.push_back({kvcache::ExtraTag::kCacheSalt, std::to_string(config_.cache_salt)});

@@ -163,7 +163,6 @@ class EngineImpl : public Engine {
   BlockManager blocks_;
   size_t vocab_ = 0, valid_vocab_ = 0;
   int block_size_ = 128;
-  int ring_ = 134;
   SwaGeometry swa_;  // block, window and rollback of the model (the hit policy's geometry)
   // Tagged extras of every block's chain key: the model fingerprint and the cache salt, so two
   // models (or salts) never share a block in the pool or in a store they share.

@@ -6,7 +6,7 @@ namespace ladle::engine {
 
 SwaPool::SwaPool(SwaPoolOptions o) : opt_(o) {}
 
-void SwaPool::EraseLocked(std::unordered_map<kvcache::BlockKey, Entry, KeyHash>::iterator it) {
+void SwaPool::EraseLocked(std::unordered_map<kvcache::BlockKey, Entry, kvcache::BlockKeyHash>::iterator it) {
   LADLE_CHECK(stats_.bytes >= it->second.ring->size());
   stats_.bytes -= it->second.ring->size();
   lru_.erase(it->second.lru);

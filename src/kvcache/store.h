@@ -27,9 +27,7 @@
 
 namespace ladle::kvcache {
 
-struct KeyHash {
-  size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL)); }
-};
+using KeyHash = BlockKeyHash;
 
 class Store final : public KvStore {
  public:

@@ -193,7 +193,6 @@ uint64_t Store::GcPass() {
   // LRU between the watermarks. Walking the "l" order costs what it evicts plus what it skips.
   if (MaxUsedRatio() > opt_.high_watermark) {
     std::string cursor;
-    std::unordered_set<BlockKey, KeyHash> keep;  // ancestors of blocks we had to skip
     while (MaxUsedRatio() > opt_.low_watermark) {
       uint64_t seen_seq;
       {
@@ -204,20 +203,9 @@ uint64_t Store::GcPass() {
       if (batch.empty()) break;
       for (const auto& [key, read_ms] : batch) {
         if (MaxUsedRatio() <= opt_.low_watermark) break;
-        if (keep.count(key)) continue;
-        if (EvictIfIdle(key, read_ms, seen_seq)) {
-          ++evicted;
-          continue;
-        }
-        // Skipped (leased or just read): its ancestors must outlive it.
-        std::lock_guard lock(mu_);
-        BlockKey cur = key;
-        for (int hops = 0; hops < 1 << 20; ++hops) {
-          auto it = catalog_.find(cur);
-          if (it == catalog_.end() || !it->second.has_parent) break;
-          cur = it->second.parent;
-          if (!keep.insert(cur).second) break;
-        }
+        // A skipped block (leased, just read, or with children) keeps its ancestors by itself:
+        // each of them still has a child in the catalog (children_).
+        if (EvictIfIdle(key, read_ms, seen_seq)) ++evicted;
       }
     }
     LADLE_LOG_INFO("kvcache.gc_pass evicted={} used_ratio={:.3f}", evicted, MaxUsedRatio());

@@ -76,15 +76,12 @@ class BlockManager {
 
   int block_size_;
   std::vector<int> refcount_;
-  struct HashOf {
-    size_t operator()(const BlockHash& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL)); }
-  };
   std::vector<BlockHash> hash_of_;     // all-zero = not cached
   std::vector<int32_t> free_;          // never cached, refcount 0
   std::list<int32_t> evictable_;       // cached, refcount 0, least recent first
   std::vector<std::list<int32_t>::iterator> lru_pos_;
   std::vector<bool> in_lru_;
-  std::unordered_map<BlockHash, int32_t, HashOf> by_hash_;
+  std::unordered_map<BlockHash, int32_t, kvcache::BlockKeyHash> by_hash_;
   std::vector<int32_t> free_slots_;
   std::vector<bool> slot_used_;  // handed out by AllocateSlot and not yet freed
   int used_ = 0;

@@ -48,20 +48,17 @@ class SwaPool {
   SwaPoolStats Stats() const;
 
  private:
-  struct KeyHash {
-    size_t operator()(const kvcache::BlockKey& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL)); }
-  };
   struct Entry {
     std::shared_ptr<const std::vector<uint8_t>> ring;
     int64_t anchor = 0;
     int64_t expire_ms = 0;
     std::list<kvcache::BlockKey>::iterator lru;  // position in lru_ (front = most recent)
   };
-  void EraseLocked(std::unordered_map<kvcache::BlockKey, Entry, KeyHash>::iterator it);
+  void EraseLocked(std::unordered_map<kvcache::BlockKey, Entry, kvcache::BlockKeyHash>::iterator it);
 
   SwaPoolOptions opt_;
   mutable std::mutex mu_;
-  std::unordered_map<kvcache::BlockKey, Entry, KeyHash> map_;
+  std::unordered_map<kvcache::BlockKey, Entry, kvcache::BlockKeyHash> map_;
   std::list<kvcache::BlockKey> lru_;
   mutable SwaPoolStats stats_;
 };
@@ -82,11 +79,8 @@ class LocalSwaDirectory final : public SwaDirectory {
   void Forget(const kvcache::BlockKey& key) override;
 
  private:
-  struct KeyHash {
-    size_t operator()(const kvcache::BlockKey& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL)); }
-  };
   std::mutex mu_;
-  std::unordered_map<kvcache::BlockKey, std::pair<std::string, int64_t>, KeyHash> where_;
+  std::unordered_map<kvcache::BlockKey, std::pair<std::string, int64_t>, kvcache::BlockKeyHash> where_;
 };
 
 }  // namespace ladle::engine

@@ -51,6 +51,11 @@ struct BlockKey {
   static Result<BlockKey> FromHex(std::string_view hex);
 };
 
+// For unordered containers of keys (the keys are digests: any mix of the halves spreads well).
+struct BlockKeyHash {
+  size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL)); }
+};
+
 // Extra key material, tagged so that two kinds of extra can never be confused: an untagged
 // tenant "a" and an untagged salt "a" would let two tenants collide.
 enum class ExtraTag : uint32_t {
