@@ -41,18 +41,22 @@ int main(int argc, char** argv) {
   const char* dir = argc > 1 ? argv[1] : ".";
   struct Seed {
     uint64_t len;
-    unsigned k, m, idx;
-  } seeds[] = {{0, 1, 0, 0}, {5, 1, 0, 0}, {100, 10, 2, 3}, {37, 10, 2, 11}, {4097, 4, 1, 4}};
+    unsigned k, m, idx, width;
+  } seeds[] = {{0, 1, 0, 0, 1}, {5, 1, 0, 0, 1}, {100, 10, 2, 3, 10}, {37, 10, 2, 11, 3}, {4097, 4, 1, 4, 2}};
   int n = 0;
   for (const Seed& s : seeds) {
     ChunkHeader h;
-    h.key = {0x1111ULL * static_cast<uint64_t>(n + 1), 0x2222};
-    h.value_len = s.len;
+    BlockKey first{0x1111ULL * static_cast<uint64_t>(n + 1), 0x2222};
+    for (unsigned j = 0; j < s.width; ++j) {
+      h.members.push_back({j == 0 ? first : BlockKey{j, 99}, s.len > j ? s.len - j : 0});
+      h.value_len += h.members.back().len;
+    }
     h.write_ms = 1700000000000 + n;
     h.write_id = 42 + n;
+    h.key = StripeKey(first, h.write_id);
     h.has_parent = n % 2 == 1;
     if (h.has_parent) h.parent = {7, 8};
-    h.chunk_len = ChunkLenFor(s.len, s.k);
+    h.chunk_len = static_cast<uint32_t>(ChunkLenOf(h.members, s.idx, s.k));
     h.depth = n;
     h.chunk_idx = static_cast<uint8_t>(s.idx);
     h.k = static_cast<uint8_t>(s.k);

@@ -1,11 +1,13 @@
 // The EC layout question of the store's design, measured: code inside each 112 KiB block (12
-// chunk files of ~11 KiB a block, the store's layout) or stripe across 10 consecutive blocks of a
-// chain (12 files of 112 KiB per 10 blocks: a data chunk is a whole block, two parity chunks).
+// chunk files of ~11 KiB a block, the store's first layout) or stripe across 10 consecutive
+// blocks of a chain (12 files of 112 KiB per 10 blocks: a data chunk is a whole block, two parity
+// chunks; the layout the store uses since this measurement, see src/kvcache/object_format.h).
 // Both run on the same 12 fs targets (the store's own Target: io_uring reads, writer threads,
 // temp file + rename, RocksDB index), with the same chunk headers and CRC32C, so what differs is
 // only the I/O pattern each layout implies:
 //   in-block write  12 writes of 11,612 B per block
-//   striped write   12 writes of 114,780 B per 10 blocks (whole stripes only; the tail needs a rule)
+//   striped write   12 writes of 114,780 B per 10 blocks (the store's tail rule: a chain's last
+//                   g < 10 blocks are a narrower stripe, g data chunks and 2 parity)
 //   in-block read   11 reads (K+1, hedged), the first 10 valid decode
 //   striped read    1 read of 114,780 B; with the block's domain down, 11 reads of 114,780 B and
 //                   a decode (10x the bytes)
@@ -50,11 +52,17 @@ Result<Targets> OpenTargets(const std::string& dir) {
 
 std::shared_ptr<const std::vector<uint8_t>> Chunk(const BlockKey& key, unsigned idx, std::span<const uint8_t> payload,
                                                   uint64_t value_len, unsigned k, unsigned m) {
+  // Both layouts as k members of the chunk's length (the header and I/O sizes are what count
+  // here; the store itself writes the striped form, see object_format.h).
+  (void)value_len;
   ChunkHeader h;
-  h.key = key;
-  h.value_len = value_len;
+  for (unsigned j = 0; j < k; ++j) {
+    h.members.push_back({BlockKey{key.lo + j, key.hi}, payload.size()});
+    h.value_len += payload.size();
+  }
   h.write_ms = 1;
   h.write_id = key.lo;
+  h.key = kvcache::StripeKey(h.members[0].key, h.write_id);
   h.chunk_len = static_cast<uint32_t>(payload.size());
   h.chunk_idx = static_cast<uint8_t>(idx);
   h.k = static_cast<uint8_t>(k);
@@ -77,7 +85,7 @@ BlockKey KeyOf(uint64_t salt, size_t i) { return BlockKey{0x9e3779b97f4a7c15ULL 
 RunResult InBlockWrite(Targets& ts, const std::vector<std::vector<uint8_t>>& blocks, size_t n, unsigned depth,
                        kvcache::EcCodec& codec) {
   const size_t block = blocks[0].size();
-  const uint32_t cl = kvcache::ChunkLenFor(block, kK);
+  const uint32_t cl = static_cast<uint32_t>((block + kK - 1) / kK);
   return ClosedLoop(n, depth, block, [&](size_t i, std::function<void(bool)> done) {
     std::vector<uint8_t> plain(static_cast<size_t>(cl) * kN, 0);
     std::memcpy(plain.data(), blocks[i % blocks.size()].data(), block);
@@ -218,7 +226,7 @@ Result<LayoutFigures> MeasureLayouts(const std::string& dir, size_t n, unsigned 
   std::vector<std::vector<uint8_t>> blocks(16, std::vector<uint8_t>(block));
   for (auto& b : blocks) for (auto& x : b) x = static_cast<uint8_t>(rng());
   kvcache::EcCodec codec(kK, kM);
-  const uint32_t cl = kvcache::ChunkLenFor(block, kK);
+  const uint32_t cl = static_cast<uint32_t>((block + kK - 1) / kK);
   const unsigned stripe_depth = std::max(1u, depth / kK);
   LayoutFigures f;
   f.blocks = n;

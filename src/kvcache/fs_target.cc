@@ -358,7 +358,7 @@ class FsTarget final : public Target {
     struct stat st;
     // A FIFO or device where a chunk should be would block a read: it is a bad chunk.
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        static_cast<uint64_t>(st.st_size) > EncodedChunkSize(static_cast<uint32_t>(kMaxValueBytes))) {
+        static_cast<uint64_t>(st.st_size) > EncodedChunkSize(kMaxDomains, kMaxValueBytes)) {
       Finish(f, Status(StatusCode::kDataLoss, "not a chunk file: " + p));
       return false;
     }
@@ -564,6 +564,7 @@ Result<std::unique_ptr<Target>> OpenFsTarget(const std::string& dir, const Targe
       m.has_parent = h->has_parent;
       m.depth = h->depth;
       m.cls = h->cls;
+      m.members = h->members;
       m.file_bytes = bytes->size();
       if (target->index().Upsert(key, m, nullptr).ok()) ++adopted;
     });

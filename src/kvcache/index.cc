@@ -69,10 +69,21 @@ std::string EncodeMeta(const IndexMeta& m) {
   s.append(reinterpret_cast<const char*>(&m.depth), 4);
   s.push_back(m.has_parent ? 1 : 0);
   s.push_back(static_cast<char>(m.cls));
+  uint16_t n = static_cast<uint16_t>(m.members.size());
+  s.append(reinterpret_cast<const char*>(&n), 2);
+  for (const StripeMember& mb : m.members) {
+    PutLe64(&s, mb.key.lo);
+    PutLe64(&s, mb.key.hi);
+    PutLe64(&s, mb.len);
+  }
   return s;
 }
 std::optional<IndexMeta> DecodeMeta(const rocksdb::Slice& v) {
-  if (v.size() != kMetaBytes) return std::nullopt;
+  // A record of the version-1 format (no member table) reads as absent: fsck drops its files.
+  if (v.size() < kMetaBytes + 2) return std::nullopt;
+  uint16_t n;
+  std::memcpy(&n, v.data() + kMetaBytes, 2);
+  if (n == 0 || v.size() != kMetaBytes + 2 + 24 * size_t{n}) return std::nullopt;
   const char* p = v.data();
   IndexMeta m;
   m.value_len = GetLe64(p);
@@ -86,6 +97,12 @@ std::optional<IndexMeta> DecodeMeta(const rocksdb::Slice& v) {
   std::memcpy(&m.depth, p + 64, 4);
   m.has_parent = p[68] != 0;
   m.cls = static_cast<uint8_t>(p[69]) <= 1 ? static_cast<TrafficClass>(p[69]) : TrafficClass::kChatbot;
+  m.members.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    const char* q = p + kMetaBytes + 2 + 24 * j;
+    m.members[j].key = BlockKey{GetLe64(q), GetLe64(q + 8)};
+    m.members[j].len = GetLe64(q + 16);
+  }
   return m;
 }
 

@@ -1,4 +1,4 @@
-// The per-target index: one RocksDB at DIR/.index. It is a cache of the chunk files (fsck
+// The per-target index: one RocksDB at DIR/.index, one record per stripe whose chunk is here. It is a cache of the chunk files (fsck
 // rebuilds it from them) that keeps what the files cannot cheaply say: last-read times, and two
 // orderings so that one GC pass costs what it evicts, never a full scan:
 //   "m" key                           -> IndexMeta
@@ -18,6 +18,7 @@
 
 #include "ladle/core/result.h"
 #include "ladle/kvcache/kv_store.h"
+#include "object_format.h"
 
 namespace rocksdb {
 class DB;
@@ -36,6 +37,7 @@ struct IndexMeta {
   bool has_parent = false;
   uint32_t depth = 0;
   TrafficClass cls = TrafficClass::kChatbot;
+  std::vector<StripeMember> members;  // the stripe's blocks, in chain order
 };
 
 class Index {

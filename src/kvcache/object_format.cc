@@ -3,6 +3,7 @@
 
 #include <isa-l/crc.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ladle/core/logging.h"
@@ -27,12 +28,43 @@ uint64_t Get64(const uint8_t* p) {
 
 Status Corrupt(const char* what) { return Status(StatusCode::kDataLoss, std::string("kvcache chunk: ") + what); }
 
-bool GeometryOk(uint64_t value_len, uint32_t chunk_len, unsigned idx, unsigned k, unsigned m) {
-  return k >= 1 && k + m <= kMaxDomains && idx < k + m && value_len <= kMaxValueBytes &&
-         chunk_len == ChunkLenFor(value_len, k);
+// The member table, the index and the chunk length agree with a stripe of k+m.
+bool GeometryOk(const ChunkHeader& h) {
+  size_t w = h.members.size();
+  if (!(h.k >= 1 && h.k + h.m <= kMaxDomains && w >= 1 && w <= h.k)) return false;
+  if (!(h.chunk_idx < w || (h.chunk_idx >= h.k && h.chunk_idx < h.k + h.m))) return false;
+  if (!(h.key == StripeKey(h.members[0].key, h.write_id))) return false;
+  uint64_t total = 0;
+  for (const StripeMember& mb : h.members) {
+    if (mb.len > kMaxValueBytes) return false;
+    total += mb.len;
+  }
+  return total == h.value_len && h.chunk_len == ChunkLenOf(h.members, h.chunk_idx, h.k);
 }
 
 }  // namespace
+
+BlockKey StripeKey(const BlockKey& first, uint64_t write_id) {
+  // SplitMix64 finalisers of the write id, one per half: distinct writes of one block get
+  // unrelated names, and the name is checkable from the header alone.
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  return BlockKey{first.lo ^ mix(write_id), first.hi ^ mix(write_id ^ 0x5354524950454b59ULL)};
+}
+
+uint64_t SlotLen(std::span<const StripeMember> members) {
+  uint64_t slot = 0;
+  for (const StripeMember& mb : members) slot = std::max(slot, mb.len);
+  return slot;
+}
+
+uint64_t ChunkLenOf(std::span<const StripeMember> members, unsigned idx, unsigned k) {
+  return idx < k ? (idx < members.size() ? members[idx].len : 0) : SlotLen(members);
+}
 
 uint32_t Crc32c(const void* data, size_t len) {
   // crc32_iscsi takes an int length; chunks are below kMaxValueBytes, but stay safe anyway.
@@ -48,13 +80,14 @@ uint32_t Crc32c(const void* data, size_t len) {
 }
 
 void EncodeChunk(const ChunkHeader& h, std::span<const uint8_t> payload, uint8_t* out) {
-  LADLE_CHECK(GeometryOk(h.value_len, h.chunk_len, h.chunk_idx, h.k, h.m));
+  LADLE_CHECK(GeometryOk(h));
   LADLE_CHECK(payload.size() == h.chunk_len);
   LADLE_CHECK(static_cast<uint8_t>(h.cls) <= 1);
+  size_t hdr = HeaderBytes(h.members.size());
   std::memset(out, 0, kChunkHeaderBytes);
   Put32(out + 0, kChunkMagic);
   Put16(out + 4, kChunkVersion);
-  Put16(out + 6, kChunkHeaderBytes);
+  Put16(out + 6, static_cast<uint16_t>(hdr));
   Put64(out + 8, h.key.lo);
   Put64(out + 16, h.key.hi);
   Put64(out + 24, h.value_len);
@@ -71,13 +104,21 @@ void EncodeChunk(const ChunkHeader& h, std::span<const uint8_t> payload, uint8_t
   out[74] = h.m;
   out[75] = static_cast<uint8_t>(h.cls);
   out[76] = h.has_parent ? 1 : 0;
-  if (!payload.empty()) std::memcpy(out + kChunkHeaderBytes, payload.data(), payload.size());
-  size_t body = kChunkHeaderBytes + payload.size();
+  out[77] = static_cast<uint8_t>(h.members.size());
+  uint8_t* mp = out + kChunkHeaderBytes;
+  for (const StripeMember& mb : h.members) {
+    Put64(mp, mb.key.lo);
+    Put64(mp + 8, mb.key.hi);
+    Put64(mp + 16, mb.len);
+    mp += kMemberBytes;
+  }
+  if (!payload.empty()) std::memcpy(out + hdr, payload.data(), payload.size());
+  size_t body = hdr + payload.size();
   Put32(out + body, Crc32c(out, body));
 }
 
 std::vector<uint8_t> EncodeChunk(const ChunkHeader& h, std::span<const uint8_t> payload) {
-  std::vector<uint8_t> out(EncodedChunkSize(h.chunk_len));
+  std::vector<uint8_t> out(EncodedChunkSize(h.members.size(), h.chunk_len));
   EncodeChunk(h, payload, out.data());
   return out;
 }
@@ -87,8 +128,11 @@ Result<ChunkHeader> DecodeChunkHeader(std::span<const uint8_t> bytes) {
   const uint8_t* p = bytes.data();
   if (Get32(p) != kChunkMagic) return Corrupt("bad magic");
   if (Get16(p + 4) != kChunkVersion) return Corrupt("unknown version");
-  if (Get16(p + 6) != kChunkHeaderBytes) return Corrupt("bad header length");
-  for (size_t i = 77; i < kChunkHeaderBytes; ++i) {
+  size_t width = p[77];
+  if (width < 1 || width > kMaxDomains) return Corrupt("bad width");
+  if (Get16(p + 6) != HeaderBytes(width)) return Corrupt("bad header length");
+  if (bytes.size() < HeaderBytes(width)) return Corrupt("short member table");
+  for (size_t i = 78; i < kChunkHeaderBytes; ++i) {
     if (p[i] != 0) return Corrupt("reserved bytes set");
   }
   ChunkHeader h;
@@ -107,16 +151,24 @@ Result<ChunkHeader> DecodeChunkHeader(std::span<const uint8_t> bytes) {
   if (p[76] > 1) return Corrupt("unknown flags");
   h.has_parent = p[76] == 1;
   if (!h.has_parent && (h.parent.lo != 0 || h.parent.hi != 0)) return Corrupt("parent without flag");
-  if (!GeometryOk(h.value_len, h.chunk_len, h.chunk_idx, h.k, h.m)) return Corrupt("bad geometry");
+  h.members.resize(width);
+  for (size_t j = 0; j < width; ++j) {
+    const uint8_t* mp = p + kChunkHeaderBytes + j * kMemberBytes;
+    h.members[j].key = BlockKey{Get64(mp), Get64(mp + 8)};
+    h.members[j].len = Get64(mp + 16);
+  }
+  if (!GeometryOk(h)) return Corrupt("bad geometry");
   return h;
 }
 
 Result<DecodedChunk> DecodeChunk(std::span<const uint8_t> bytes) {
   LADLE_ASSIGN_OR_RETURN(ChunkHeader h, DecodeChunkHeader(bytes));
-  if (bytes.size() != EncodedChunkSize(h.chunk_len)) return Corrupt("length does not match header");
-  size_t body = kChunkHeaderBytes + h.chunk_len;
+  size_t hdr = HeaderBytes(h.members.size());
+  if (bytes.size() != EncodedChunkSize(h.members.size(), h.chunk_len)) return Corrupt("length does not match header");
+  size_t body = hdr + h.chunk_len;
   if (Crc32c(bytes.data(), body) != Get32(bytes.data() + body)) return Corrupt("CRC mismatch");
-  return DecodedChunk{h, bytes.subspan(kChunkHeaderBytes, h.chunk_len)};
+  std::span<const uint8_t> payload = bytes.subspan(hdr, h.chunk_len);
+  return DecodedChunk{std::move(h), payload};
 }
 
 }  // namespace ladle::kvcache

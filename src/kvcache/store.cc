@@ -12,13 +12,6 @@
 namespace ladle::kvcache {
 namespace {
 
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 void RunDone(const char* what, const std::function<void()>& fn) {
   try {
     fn();
@@ -42,13 +35,13 @@ Store::Store(unsigned k, unsigned m, StoreOptions options)
     down_until_[d] = 0;
     last_answer_[d] = 0;
   }
-  write_seed_ = (static_cast<uint64_t>(std::random_device()()) << 32) ^ std::random_device()();
+  write_salt_ = std::random_device()() & 0xff;
   codec_ = std::make_unique<EcCodec>(k, m);
 }
 
 bool Store::Entry::MergeChunk(const IndexMeta& m, unsigned d) {
   if (mask != 0 && write_id != m.write_id) {
-    if (m.write_ms < write_ms) return false;  // a stale chunk of an older write
+    if (m.write_id < write_id) return false;  // a stale chunk of an older write
     mask = 0;
   }
   value_len = m.value_len;
@@ -61,6 +54,7 @@ bool Store::Entry::MergeChunk(const IndexMeta& m, unsigned d) {
   has_parent = m.has_parent;
   depth = m.depth;
   cls = m.cls;
+  members = m.members;
   mask |= 1u << d;
   return true;
 }
@@ -86,15 +80,25 @@ Result<std::unique_ptr<Store>> Store::Open(const std::vector<std::string>& specs
     LADLE_ASSIGN_OR_RETURN(std::unique_ptr<Target> t, OpenTarget(spec, to));
     store->targets_.push_back(std::move(t));
   }
-  // The catalog: a key is stored where its newest write left chunks.
+  // The catalog: a stripe is stored where its newest write left chunks.
+  std::unordered_map<BlockKey, Entry, KeyHash> merged;
+  // Stripes with a chunk of another write somewhere (a narrower rewrite leaves the old write's
+  // chunk on a domain it no longer uses, if a crash came first): repair removes it.
+  std::unordered_set<BlockKey, KeyHash> mixed;
   for (unsigned d = 0; d < store->n_; ++d) {
-    store->targets_[d]->index().ForEach(
-        [&](const BlockKey& key, const IndexMeta& im) { (void)store->catalog_[key].MergeChunk(im, d); });
+    store->targets_[d]->index().ForEach([&](const BlockKey& key, const IndexMeta& im) {
+      if (im.members.empty() || im.members.size() > k || !(StripeKey(im.members[0].key, im.write_id) == key)) return;
+      Entry& e = merged[key];
+      if (e.mask != 0 && e.write_id != im.write_id) mixed.insert(key);
+      (void)e.MergeChunk(im, d);
+    });
   }
-  std::vector<BlockKey> partial;
-  for (auto& [key, e] : store->catalog_) {
-    store->LinkLocked(e, +1);  // no other thread yet
-    if (std::popcount(e.mask) < static_cast<int>(store->n_)) partial.push_back(key);
+  std::vector<BlockKey> partial(mixed.begin(), mixed.end());
+  for (auto& [key, e] : merged) {
+    // No other thread yet; the block index keeps each block's newest stripe.
+    store->SetEntryLocked(key, e);
+    const Entry& in = store->catalog_.at(key);
+    if ((in.mask & store->RealMask(in)) != store->RealMask(in) && !mixed.count(key)) partial.push_back(key);
   }
   store->timer_ = std::make_unique<TimerThread>();
   store->maint_ = std::thread([s = store.get()] { s->MaintenanceMain(); });
@@ -150,9 +154,39 @@ uint32_t Store::Hung(uint32_t late) const {
   return hung;
 }
 
-bool Store::Present(const Entry& e, int64_t now) const {
-  return e.expire_ms > now && std::popcount(e.mask & UpMask()) >= static_cast<int>(k_);
+uint32_t Store::VirtualMask(const Entry& e) const {
+  uint32_t w = static_cast<uint32_t>(e.members.size());
+  uint32_t below_k = k_ == 32 ? ~0u : (1u << k_) - 1;
+  uint32_t below_w = w >= 32 ? ~0u : (1u << w) - 1;
+  return below_k & ~below_w;
 }
+
+uint32_t Store::RealMask(const Entry& e) const {
+  uint32_t all = n_ == 32 ? ~0u : (1u << n_) - 1;
+  return all & ~VirtualMask(e);
+}
+
+bool Store::Decodable(const Entry& e, uint32_t have) const {
+  return std::popcount((have & RealMask(e)) | VirtualMask(e)) >= static_cast<int>(k_);
+}
+
+uint64_t Store::NextWriteIdLocked(int64_t write_ms) {
+  last_write_ = std::max(last_write_ + 1, static_cast<uint64_t>(std::max<int64_t>(write_ms, 0)) << 14);
+  return last_write_ << 8 | write_salt_;
+}
+
+const Store::Entry* Store::FindBlockLocked(const BlockKey& key, uint32_t* j, BlockKey* stripe) const {
+  auto r = blocks_.find(key);
+  if (r == blocks_.end()) return nullptr;
+  auto it = catalog_.find(r->second.stripe);
+  LADLE_CHECK(it != catalog_.end() && r->second.j < it->second.members.size() &&
+              it->second.members[r->second.j].key == key);
+  *j = r->second.j;
+  if (stripe) *stripe = r->second.stripe;
+  return &it->second;
+}
+
+bool Store::Present(const Entry& e, int64_t now) const { return e.expire_ms > now && Decodable(e, e.mask & UpMask()); }
 
 IndexMeta Store::MetaOf(const Entry& e) const {
   IndexMeta m;
@@ -165,6 +199,7 @@ IndexMeta Store::MetaOf(const Entry& e) const {
   m.has_parent = e.has_parent;
   m.depth = e.depth;
   m.cls = e.cls;
+  m.members = e.members;
   return m;
 }
 
@@ -172,11 +207,13 @@ void Store::TouchLocked(const BlockKey& key, int64_t now) {
   BlockKey cur = key;
   // Bounded: a chain deeper than this is not a chain (a cycle would need a hash collision).
   for (int hops = 0; hops < 1 << 20; ++hops) {
-    auto it = catalog_.find(cur);
+    auto r = blocks_.find(cur);
+    if (r == blocks_.end()) return;
+    auto it = catalog_.find(r->second.stripe);
     if (it == catalog_.end() || it->second.last_read_ms >= now) return;
     it->second.last_read_ms = now;
     it->second.seq = ++change_seq_;
-    dirty_.push_back(cur);
+    dirty_.push_back(r->second.stripe);
     if (!it->second.has_parent) return;
     cur = it->second.parent;
   }
@@ -193,16 +230,47 @@ void Store::LinkLocked(const Entry& e, int delta) {
   if (--it->second == 0) children_.erase(it);
 }
 
-void Store::SetEntryLocked(const BlockKey& key, const Entry& e) {
-  auto [it, inserted] = catalog_.try_emplace(key, e);
+void Store::UnrefLocked(const BlockKey& stripe, const Entry& e) {
+  for (const StripeMember& mb : e.members) {
+    auto r = blocks_.find(mb.key);
+    if (r != blocks_.end() && r->second.stripe == stripe) blocks_.erase(r);
+  }
+}
+
+void Store::RefLocked(const BlockKey& block, const BlockKey& stripe, uint32_t j, Entry& e) {
+  auto [r, inserted] = blocks_.try_emplace(block, BlockRef{stripe, j, e.write_id});
+  if (inserted) {
+    ++e.live;
+    return;
+  }
+  if (r->second.stripe == stripe) {  // the key twice in one stripe: the later copy
+    r->second.j = j;
+    return;
+  }
+  if (r->second.write_id > e.write_id) return;  // a newer write of the block is elsewhere
+  auto old = catalog_.find(r->second.stripe);
+  LADLE_CHECK(old != catalog_.end() && old->second.live > 0);
+  if (--old->second.live == 0) garbage_.push_back(old->first);
+  r->second = BlockRef{stripe, j, e.write_id};
+  ++e.live;
+}
+
+void Store::SetEntryLocked(const BlockKey& stripe, const Entry& e) {
+  LADLE_CHECK(!e.members.empty() && StripeKey(e.members[0].key, e.write_id) == stripe);
+  auto [it, inserted] = catalog_.try_emplace(stripe, e);
   if (!inserted) {
+    UnrefLocked(stripe, it->second);
     LinkLocked(it->second, -1);
     it->second = e;
   }
+  it->second.live = 0;
   LinkLocked(e, +1);
+  for (uint32_t j = 0; j < e.members.size(); ++j) RefLocked(e.members[j].key, stripe, j, it->second);
+  if (it->second.live == 0) garbage_.push_back(stripe);
 }
 
 void Store::EraseEntryLocked(std::unordered_map<BlockKey, Entry, KeyHash>::iterator it) {
+  UnrefLocked(it->first, it->second);
   LinkLocked(it->second, -1);
   catalog_.erase(it);
 }
@@ -225,11 +293,9 @@ void Store::Match(std::span<const BlockKey> keys, MatchDone done) {
   {
     std::lock_guard lock(mu_);
     for (const BlockKey& key : keys) {
-      auto it = catalog_.find(key);
-      if (it == catalog_.end() || it->second.expire_ms <= now ||
-          std::popcount(it->second.mask & up) < static_cast<int>(k_)) {
-        break;
-      }
+      uint32_t j;
+      const Entry* e = FindBlockLocked(key, &j);
+      if (!e || e->expire_ms <= now || !Decodable(*e, e->mask & up)) break;
       ++hit;
     }
   }
@@ -257,10 +323,10 @@ struct PutBatch {
   }
 };
 
-struct PutKey {
+struct PutStripe {
   std::mutex mu;
-  size_t index = 0;
-  BlockKey key;
+  size_t first = 0;  // index of members[0] in the Put
+  BlockKey key;      // the stripe's
   Store::Entry entry;
   uint32_t issued = 0, answered = 0, ok = 0;
   Status first_error;
@@ -268,6 +334,46 @@ struct PutKey {
 };
 
 }  // namespace
+
+std::vector<std::shared_ptr<const std::vector<uint8_t>>> Store::EncodeStripe(
+    const BlockKey& stripe, const Entry& e, const std::vector<std::span<const uint8_t>>& values) {
+  const size_t w = e.members.size();
+  ChunkHeader h;
+  h.key = stripe;
+  h.value_len = e.value_len;
+  h.write_ms = e.write_ms;
+  h.write_id = e.write_id;
+  h.has_parent = e.has_parent;
+  h.parent = e.has_parent ? e.parent : BlockKey{};
+  h.depth = e.depth;
+  h.k = static_cast<uint8_t>(k_);
+  h.m = static_cast<uint8_t>(m_);
+  h.cls = e.cls;
+  h.members = e.members;
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> chunks(n_);
+  // Data chunk j is block j as it is: no padding is stored, a read is one file of one block.
+  for (size_t j = 0; j < w; ++j) {
+    h.chunk_idx = static_cast<uint8_t>(j);
+    h.chunk_len = static_cast<uint32_t>(e.members[j].len);
+    chunks[j] = std::make_shared<std::vector<uint8_t>>(EncodeChunk(h, values[j]));
+  }
+  if (m_ == 0) return chunks;
+  // Parity over the blocks zero-padded to the slot; data chunks w..K-1 are zero (shortened code).
+  const size_t slot = SlotLen(e.members);
+  std::vector<uint8_t> plain(slot * n_, 0);
+  std::vector<uint8_t*> ptr(n_);
+  for (unsigned d = 0; d < n_; ++d) ptr[d] = plain.data() + d * slot;
+  for (size_t j = 0; j < w; ++j) {
+    if (!values[j].empty()) std::memcpy(ptr[j], values[j].data(), values[j].size());
+  }
+  codec_->Encode(slot, ptr.data(), ptr.data() + k_);
+  h.chunk_len = static_cast<uint32_t>(slot);
+  for (unsigned p = 0; p < m_; ++p) {
+    h.chunk_idx = static_cast<uint8_t>(k_ + p);
+    chunks[k_ + p] = std::make_shared<std::vector<uint8_t>>(EncodeChunk(h, std::span<const uint8_t>(ptr[k_ + p], slot)));
+  }
+  return chunks;
+}
 
 void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const uint8_t>> values, TrafficClass cls,
                 PutDone done, std::optional<BlockKey> parent_of_first) {
@@ -280,11 +386,21 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
     return RunDone("put", [&] { batch->done(std::move(batch->statuses)); });
   }
   if (keys.empty()) return RunDone("put", [&] { batch->done({}); });
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (values[i].size() <= kMaxValueBytes) continue;
+    // One chain is written in stripes: a block that cannot be stored breaks it, so none is.
+    for (size_t x = 0; x < keys.size(); ++x) {
+      batch->statuses[x] = InvalidArgument(x == i ? "kvcache put: value over 1 GiB"
+                                                  : "kvcache put: another value of this chain is over 1 GiB");
+    }
+    return RunDone("put", [&] { batch->done(std::move(batch->statuses)); });
+  }
   int64_t now = NowMs();
   int64_t ttl = std::chrono::duration_cast<std::chrono::milliseconds>(
                     cls == TrafficClass::kAgent ? opt_.ttl_agent : opt_.ttl_chatbot).count();
-  // The keys of one Put are a chain in order: keys[i-1] is keys[i]'s parent (GC order).
-  std::vector<Entry> entries(keys.size());
+  // The keys of one Put are a chain in order (keys[i-1] is keys[i]'s parent), cut into stripes
+  // of K consecutive blocks; the last one may be narrower.
+  std::vector<std::shared_ptr<PutStripe>> stripes;
   {
     std::lock_guard lock(mu_);
     // A Put leases its keys until it completes: GC must not evict a parent whose child is
@@ -296,81 +412,74 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
       std::lock_guard lock(mu_);
       for (const BlockKey& key : leased) ReleaseLeaseLocked(key);
     };
-    for (size_t i = 0; i < keys.size(); ++i) {
-      Entry& e = entries[i];
-      e.value_len = values[i].size();
+    for (size_t first = 0; first < keys.size(); first += k_) {
+      auto ps = std::make_shared<PutStripe>();
+      ps->first = first;
+      Entry& e = ps->entry;
+      size_t w = std::min<size_t>(k_, keys.size() - first);
+      for (size_t j = 0; j < w; ++j) {
+        e.members.push_back(StripeMember{keys[first + j], values[first + j].size()});
+        e.value_len += values[first + j].size();
+      }
       e.write_ms = now;
-      e.write_id = SplitMix(write_seed_ ^ write_seq_++);
+      e.write_id = NextWriteIdLocked(now);
+      ps->key = StripeKey(keys[first], e.write_id);
+      // The stripe key is leased too: GC walks the indexes, which know a stripe before its Put
+      // completes and the catalog does, and must not remove its files under it.
+      ++leases_[ps->key];
       e.expire_ms = now + ttl;
       e.last_read_ms = now;
       e.cls = cls;
-      if (i > 0) {
+      if (!stripes.empty()) {
+        const Entry& prev = stripes.back()->entry;
         e.has_parent = true;
-        e.parent = keys[i - 1];
-        e.depth = entries[i - 1].depth + 1;
+        e.parent = keys[first - 1];
+        e.depth = prev.depth + static_cast<uint32_t>(prev.members.size());
         // A child never outlives its parent: after the parent expires it is unreachable anyway.
-        e.expire_ms = std::min(e.expire_ms, entries[i - 1].expire_ms);
+        e.expire_ms = std::min(e.expire_ms, prev.expire_ms);
       } else if (parent_of_first && !(*parent_of_first == keys[0])) {
         // The caller continues a chain put earlier: link to it, one deeper, expiring no later.
         e.has_parent = true;
         e.parent = *parent_of_first;
-        auto pit = catalog_.find(*parent_of_first);
-        e.depth = pit == catalog_.end() ? 1 : pit->second.depth + 1;
-        if (pit != catalog_.end()) e.expire_ms = std::min(e.expire_ms, pit->second.expire_ms);
-      } else if (auto it = catalog_.find(keys[0]); it != catalog_.end() && it->second.has_parent) {
+        uint32_t pj;
+        const Entry* pe = FindBlockLocked(*parent_of_first, &pj);
+        e.depth = pe ? pe->depth + pj + 1 : 1;
+        if (pe) e.expire_ms = std::min(e.expire_ms, pe->expire_ms);
+      } else {
         // Rewriting a known block keeps its link.
-        e.has_parent = true;
-        e.parent = it->second.parent;
-        e.depth = it->second.depth;
+        uint32_t oj;
+        if (const Entry* old = FindBlockLocked(keys[0], &oj)) {
+          if (oj > 0) {
+            e.has_parent = true;
+            e.parent = old->members[oj - 1].key;
+            e.depth = old->depth + oj;
+          } else if (old->has_parent) {
+            e.has_parent = true;
+            e.parent = old->parent;
+            e.depth = old->depth;
+          }
+        }
       }
+      stripes.push_back(std::move(ps));
     }
   }
   uint32_t up = UpMask();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (values[i].size() > kMaxValueBytes) {
-      batch->Finish(i, InvalidArgument("kvcache put: value over 1 GiB"));
-      continue;
-    }
-    auto pk = std::make_shared<PutKey>();
-    pk->index = i;
-    pk->key = keys[i];
-    pk->entry = entries[i];
-    const Entry& e = entries[i];
-    ChunkHeader h;
-    h.key = keys[i];
-    h.value_len = e.value_len;
-    h.write_ms = e.write_ms;
-    h.write_id = e.write_id;
-    h.has_parent = e.has_parent;
-    h.parent = e.has_parent ? e.parent : BlockKey{};
-    h.chunk_len = ChunkLenFor(e.value_len, k_);
-    h.depth = e.depth;
-    h.k = static_cast<uint8_t>(k_);
-    h.m = static_cast<uint8_t>(m_);
-    h.cls = cls;
-    std::vector<std::shared_ptr<const std::vector<uint8_t>>> chunks(n_);
-    if (k_ == 1 && m_ == 0) {
-      h.chunk_idx = 0;
-      chunks[0] = std::make_shared<std::vector<uint8_t>>(EncodeChunk(h, values[i]));
-    } else {
-      // Data chunks are the value cut in K, the last one zero-padded; parity from ISA-L.
-      size_t cl = h.chunk_len;
-      std::vector<uint8_t> plain(cl * n_, 0);
-      if (!values[i].empty()) std::memcpy(plain.data(), values[i].data(), values[i].size());
-      std::vector<uint8_t*> ptr(n_);
-      for (unsigned d = 0; d < n_; ++d) ptr[d] = plain.data() + d * cl;
-      codec_->Encode(cl, ptr.data(), ptr.data() + k_);
-      for (unsigned d = 0; d < n_; ++d) {
-        h.chunk_idx = static_cast<uint8_t>(d);
-        chunks[d] = std::make_shared<std::vector<uint8_t>>(EncodeChunk(h, std::span<const uint8_t>(ptr[d], cl)));
-      }
-    }
-    auto finish = [this, batch](const std::shared_ptr<PutKey>& p) {
+  for (const std::shared_ptr<PutStripe>& ps : stripes) {
+    const Entry& e = ps->entry;
+    const size_t w = e.members.size();
+    std::vector<std::span<const uint8_t>> vals(values.begin() + static_cast<ptrdiff_t>(ps->first),
+                                               values.begin() + static_cast<ptrdiff_t>(ps->first + w));
+    auto chunks = EncodeStripe(ps->key, e, vals);
+    auto finish_all = [batch, first = ps->first, w](const Status& s) {
+      for (size_t j = 0; j < w; ++j) batch->Finish(first + j, s);
+    };
+    auto finish = [this](const std::shared_ptr<PutStripe>& p) {
       // Caller holds p->mu and has set p->finished.
       Status s;
-      bool stored = std::popcount(p->ok) >= static_cast<int>(k_);
+      bool stored = Decodable(p->entry, p->ok);
       {
         std::lock_guard lock(mu_);
+        ReleaseLeaseLocked(p->key);
         if (stored) {
           Entry e = p->entry;
           e.mask = p->ok;
@@ -385,9 +494,9 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
           }
           SetEntryLocked(p->key, e);
           if (e.has_parent) TouchLocked(e.parent, e.last_read_ms);
-          ++puts_;
+          puts_ += e.members.size();
         } else if (n_ > 1) {
-          // Too few chunks to read back: drop the block (what was written would mix with nothing).
+          // Too few chunks to read back: drop the stripe (what was written would mix with nothing).
           if (auto it = catalog_.find(p->key); it != catalog_.end()) EraseEntryLocked(it);
         }
       }
@@ -401,44 +510,53 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
       }
       return s;
     };
-    auto on_answer = [this, pk, batch, finish](unsigned d, Status s) {
+    auto on_answer = [this, ps, finish, finish_all](unsigned d, Status s) {
       if (s.code() != StatusCode::kDeadlineExceeded) NoteAnswer(d);
       Status out;
       {
-        std::lock_guard lock(pk->mu);
-        if (pk->finished || (pk->answered & (1u << d))) return;
-        pk->answered |= 1u << d;
+        std::lock_guard lock(ps->mu);
+        if (ps->finished || (ps->answered & (1u << d))) return;
+        ps->answered |= 1u << d;
         if (s.ok()) {
-          pk->ok |= 1u << d;
-        } else if (pk->first_error.ok()) {
-          pk->first_error = s;
+          ps->ok |= 1u << d;
+        } else if (ps->first_error.ok()) {
+          ps->first_error = s;
         }
-        if (pk->answered != pk->issued) return;
-        pk->finished = true;
-        out = finish(pk);
+        if (ps->answered != ps->issued) return;
+        ps->finished = true;
+        out = finish(ps);
       }
-      batch->Finish(pk->index, std::move(out));
+      finish_all(out);
     };
     {
-      std::lock_guard lock(pk->mu);
-      for (unsigned d = 0; d < n_; ++d) {
-        if (up & (1u << d)) pk->issued |= 1u << d;
-      }
-      if (pk->issued == 0) {
-        pk->finished = true;
-        batch->Finish(i, Status(StatusCode::kUnavailable, "kvcache put: every domain is down"));
+      std::lock_guard lock(ps->mu);
+      ps->issued = up & RealMask(e);
+      if (ps->issued == 0) {
+        ps->finished = true;
+        ReleaseLease(ps->key);
+        finish_all(Status(StatusCode::kUnavailable, "kvcache put: every domain is down"));
         continue;
       }
     }
+    uint32_t stale = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = catalog_.find(ps->key); it != catalog_.end()) stale = it->second.mask & ~RealMask(e) & up;
+    }
+    for (unsigned d = 0; d < n_; ++d) {
+      // A wider earlier write of this stripe key left a chunk where this one writes none: it
+      // would outlive the write it belongs to. Queued on the key's writer, so it stays ordered.
+      if (stale & (1u << d)) targets_[d]->RemoveAsync(ps->key, [](Status) {});
+    }
     IndexMeta meta = MetaOf(e);
     for (unsigned d = 0; d < n_; ++d) {
-      if (!(pk->issued & (1u << d))) continue;
-      targets_[d]->WriteAsync(ChunkWrite{keys[i], chunks[d], meta}, [on_answer, d](Status s) { on_answer(d, std::move(s)); });
+      if (!(ps->issued & (1u << d))) continue;
+      targets_[d]->WriteAsync(ChunkWrite{ps->key, chunks[d], meta}, [on_answer, d](Status s) { on_answer(d, std::move(s)); });
     }
     // Every wait has a deadline: a domain silent for domain_timeout is down for this write.
     // The timer's closure owns `check`; re-arming takes it from the weak handle while it runs.
     auto check = std::make_shared<std::function<void()>>();
-    std::weak_ptr<PutKey> weak = pk;
+    std::weak_ptr<PutStripe> weak = ps;
     std::weak_ptr<std::function<void()>> weak_check = check;
     *check = [this, weak, weak_check, on_answer] {
       auto p = weak.lock();
@@ -466,19 +584,37 @@ void Store::Put(std::span<const BlockKey> keys, std::span<const std::span<const 
 
 void Store::Delete(std::span<const BlockKey> keys, DeleteDone done) {
   std::vector<Status> out(keys.size());
+  // A block is removed with every stripe that lists it (up to K consecutive blocks of one chain
+  // each): a stripe's files are its parity's inputs, so a block is never taken out of one alone,
+  // and an older stripe still listing it would bring it back at the next open. Deletes are rare
+  // (the CLI, tests), so one pass over the catalog is fine.
+  std::unordered_map<BlockKey, size_t, KeyHash> wanted;
+  for (size_t i = 0; i < keys.size(); ++i) wanted.emplace(keys[i], i);
+  std::vector<std::pair<size_t, BlockKey>> stripes;
   {
     std::lock_guard lock(mu_);
-    for (const BlockKey& key : keys) {
-      if (auto it = catalog_.find(key); it != catalog_.end()) EraseEntryLocked(it);
+    for (auto it = catalog_.begin(); it != catalog_.end();) {
+      size_t hit = SIZE_MAX;
+      for (const StripeMember& mb : it->second.members) {
+        if (auto w = wanted.find(mb.key); w != wanted.end()) hit = std::min(hit, w->second);
+      }
+      if (hit == SIZE_MAX) {
+        ++it;
+        continue;
+      }
+      stripes.emplace_back(hit, it->first);
+      auto next = std::next(it);
+      EraseEntryLocked(it);
+      it = next;
     }
   }
   // Unlinks are quick metadata operations; doing them here keeps Delete's completion ordered
   // after the files are gone (a Delete then Match never sees the block).
   uint32_t up = UpMask();
-  for (size_t i = 0; i < keys.size(); ++i) {
+  for (const auto& [i, stripe] : stripes) {
     for (unsigned d = 0; d < n_; ++d) {
       if (!(up & (1u << d))) continue;
-      Status s = targets_[d]->RemoveSync(keys[i]);
+      Status s = targets_[d]->RemoveSync(stripe);
       if (!s.ok() && out[i].ok()) out[i] = s;
     }
   }

@@ -11,11 +11,30 @@
 
 namespace ladle::kvcache {
 
-void Store::ScheduleRepair(const BlockKey& key) {
+void Store::ScheduleRepair(const BlockKey& stripe) {
   std::lock_guard lock(maint_mu_);
-  if (stop_ || !repair_pending_.insert(key).second) return;
-  repair_queue_.push_back(key);
+  if (stop_ || !repair_pending_.insert(stripe).second) return;
+  repair_queue_.push_back(stripe);
   maint_cv_.notify_one();
+}
+
+void Store::CollectGarbage() {
+  std::vector<BlockKey> garbage;
+  {
+    std::lock_guard lock(mu_);
+    garbage.swap(garbage_);
+  }
+  std::vector<BlockKey> kept;
+  for (const BlockKey& stripe : garbage) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = catalog_.find(stripe);
+      if (it == catalog_.end() || it->second.live != 0) continue;  // gone, or written again since
+    }
+    if (!EvictIfIdle(stripe, std::nullopt)) kept.push_back(stripe);  // a read of it is in flight
+  }
+  std::lock_guard lock(mu_);
+  garbage_.insert(garbage_.end(), kept.begin(), kept.end());
 }
 
 void Store::MaintenanceMain() {
@@ -43,6 +62,11 @@ void Store::MaintenanceMain() {
         RepairKey(key, &n);
       }
       if (std::chrono::steady_clock::now() >= next_gc) {
+        {
+          // Superseded writes of this process are its own to clean, GC worker or not.
+          std::lock_guard gc(gc_mu_);
+          CollectGarbage();
+        }
         if (opt_.gc_in_process) {
           std::lock_guard gc(gc_mu_);
           GcPass();
@@ -113,36 +137,45 @@ void Store::RemoveEverywhere(const BlockKey& key) {
   }
 }
 
-bool Store::EvictIfIdle(const BlockKey& key, std::optional<int64_t> seen_read_ms, uint64_t seen_seq) {
+std::optional<uint32_t> Store::EvictIfIdle(const BlockKey& stripe, std::optional<int64_t> seen_read_ms,
+                                           uint64_t seen_seq) {
   struct Pending {
     std::mutex mu;
     std::condition_variable cv;
     unsigned left = 0;
   };
   auto pending = std::make_shared<Pending>();
+  uint32_t removed = 0;
   {
     std::lock_guard lock(mu_);
-    if (leases_.count(key) != 0) return false;  // a read or put is in flight: never under its feet
-    if (children_.count(key) != 0) return false;  // children go first (see children_)
-    auto it = catalog_.find(key);
+    if (leases_.count(stripe) != 0) return std::nullopt;  // its Put is in flight
+    auto it = catalog_.find(stripe);
     if (it != catalog_.end()) {
-      // Read or rewritten since the order GC walks was taken: not the least recently read now.
-      if (it->second.seq > seen_seq) return false;
-      if (seen_read_ms && (it->second.last_read_ms > it->second.flushed_read_ms || it->second.last_read_ms > *seen_read_ms)) {
-        return false;
+      for (const StripeMember& mb : it->second.members) {
+        // A read or put is in flight: never under its feet.
+        if (leases_.count(mb.key) != 0) return std::nullopt;
+        auto r = blocks_.find(mb.key);
+        // Children go first (see children_); a member written again elsewhere is not ours.
+        if (r != blocks_.end() && r->second.stripe == stripe && children_.count(mb.key) != 0) return std::nullopt;
       }
+      // Read or rewritten since the order GC walks was taken: not the least recently read now.
+      if (it->second.seq > seen_seq) return std::nullopt;
+      if (seen_read_ms && (it->second.last_read_ms > it->second.flushed_read_ms || it->second.last_read_ms > *seen_read_ms)) {
+        return std::nullopt;
+      }
+      removed = it->second.live;
       EraseEntryLocked(it);
     }
-    // Queued under mu_: a Put of this key that starts after us (it leases under mu_) queues its
-    // writes behind these removes on each target's writer, so it never loses its new file.
+    // Queued under mu_: a Put of this stripe key that starts after us (it leases under mu_)
+    // queues its writes behind these removes on each target's writer, so it keeps its new file.
     for (unsigned d = 0; d < n_; ++d) {
       if (IsDown(d)) continue;
       {
         std::lock_guard pl(pending->mu);
         ++pending->left;
       }
-      targets_[d]->RemoveAsync(key, [pending, this, key, d](Status s) {
-        if (!s.ok()) LADLE_LOG_WARN("kvcache.remove_failed key={} path={} error={}", key.Hex(), targets_[d]->path(), s.ToString());
+      targets_[d]->RemoveAsync(stripe, [pending, this, stripe, d](Status s) {
+        if (!s.ok()) LADLE_LOG_WARN("kvcache.remove_failed stripe={} path={} error={}", stripe.Hex(), targets_[d]->path(), s.ToString());
         std::lock_guard pl(pending->mu);
         --pending->left;
         pending->cv.notify_all();
@@ -151,14 +184,15 @@ bool Store::EvictIfIdle(const BlockKey& key, std::optional<int64_t> seen_read_ms
   }
   std::unique_lock pl(pending->mu);
   if (!pending->cv.wait_for(pl, opt_.domain_timeout * 2, [&] { return pending->left == 0; })) {
-    LADLE_LOG_WARN("kvcache.evict_slow key={} pending_removes={}", key.Hex(), pending->left);
+    LADLE_LOG_WARN("kvcache.evict_slow stripe={} pending_removes={}", stripe.Hex(), pending->left);
   }
-  ++evictions_;
-  return true;
+  evictions_ += removed;
+  return removed;
 }
 
 uint64_t Store::GcPass() {
   FlushTouches();
+  CollectGarbage();
   int64_t now = NowMs();
   uint64_t evicted = 0;
   int primary = -1;
@@ -185,9 +219,11 @@ uint64_t Store::GcPass() {
     }
     uint64_t removed = 0;
     for (const BlockKey& key : batch) {
-      if (EvictIfIdle(key, std::nullopt)) ++removed;
+      if (auto n = EvictIfIdle(key, std::nullopt)) {
+        ++removed;
+        evicted += *n;
+      }
     }
-    evicted += removed;
     if (removed == 0 || batch.size() < 256) break;
   }
   // LRU between the watermarks. Walking the "l" order costs what it evicts plus what it skips.
@@ -205,7 +241,7 @@ uint64_t Store::GcPass() {
         if (MaxUsedRatio() <= opt_.low_watermark) break;
         // A skipped block (leased, just read, or with children) keeps its ancestors by itself:
         // each of them still has a child in the catalog (children_).
-        if (EvictIfIdle(key, read_ms, seen_seq)) ++evicted;
+        if (auto n = EvictIfIdle(key, read_ms, seen_seq)) evicted += *n;
       }
     }
     LADLE_LOG_INFO("kvcache.gc_pass evicted={} used_ratio={:.3f}", evicted, MaxUsedRatio());
@@ -248,21 +284,23 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
       decoded |= 1u << d;
     }
   }
-  auto write_mask = [&](uint64_t write_id) {
+  auto write_mask = [&](uint64_t write_id, const std::vector<StripeMember>& members) {
     uint32_t mask = 0;
     for (unsigned d = 0; d < n_; ++d) {
-      if ((decoded & (1u << d)) && headers[d].write_id == write_id) mask |= 1u << d;
+      if ((decoded & (1u << d)) && headers[d].write_id == write_id && headers[d].members == members) mask |= 1u << d;
     }
     return mask;
   };
-  uint32_t valid = write_mask(e.write_id);
+  uint32_t valid = write_mask(e.write_id, e.members);
   // A newer complete write than the index knows (killed between rename and index update):
   // the files are the truth, adopt it.
   for (unsigned d = 0; d < n_; ++d) {
-    if (!(decoded & (1u << d)) || headers[d].write_id == e.write_id || headers[d].write_ms < e.write_ms) continue;
-    uint32_t mask = write_mask(headers[d].write_id);
-    if (std::popcount(mask) < static_cast<int>(k_)) continue;
+    if (!(decoded & (1u << d)) || headers[d].write_id <= e.write_id) continue;
     const ChunkHeader& h = headers[d];
+    uint32_t mask = write_mask(h.write_id, h.members);
+    Entry ne;
+    ne.members = h.members;
+    if (!Decodable(ne, mask)) continue;
     int64_t ttl = std::chrono::duration_cast<std::chrono::milliseconds>(
                       h.cls == TrafficClass::kAgent ? opt_.ttl_agent : opt_.ttl_chatbot).count();
     e.value_len = h.value_len;
@@ -273,6 +311,7 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
     e.parent = h.parent;
     e.depth = h.depth;
     e.cls = h.cls;
+    e.members = h.members;
     e.mask = mask;
     for (unsigned x = 0; x < n_; ++x) {
       if (!(mask & (1u << x))) continue;
@@ -289,22 +328,27 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
         SetEntryLocked(key, e);
       }
     }
-    LADLE_LOG_INFO("kvcache.adopted_newer_write key={} chunks={}", key.Hex(), std::popcount(mask));
+    LADLE_LOG_INFO("kvcache.adopted_newer_write stripe={} chunks={}", key.Hex(), std::popcount(mask));
     valid = mask;
     break;
   }
   for (unsigned d = 0; d < n_; ++d) {
-    if ((decoded & ~valid) & (1u << d)) chunks[d].clear();  // another write's chunk: rewritten below
+    if (!((decoded & ~valid) & (1u << d))) continue;
+    chunks[d].clear();  // another write's chunk: rewritten below, or removed where this write has none
+    if (!(RealMask(e) & (1u << d))) {
+      Status s = targets_[d]->RemoveSync(key);
+      if (!s.ok()) LADLE_LOG_WARN("kvcache.remove_failed stripe={} domain={} error={}", key.Hex(), d, s.ToString());
+    }
   }
-  uint32_t chunk_len = ChunkLenFor(e.value_len, k_);
   auto set_mask = [&](uint32_t mask) {
     std::lock_guard lock(mu_);
     auto it = catalog_.find(key);
     if (it != catalog_.end() && it->second.write_id == e.write_id) it->second.mask = mask;
   };
-  if (std::popcount(valid) < static_cast<int>(k_)) {
+  if (!Decodable(e, valid)) {
     if (down != 0) return RepairResult::kSkipped;  // a down domain may still hold what we lack
-    LADLE_LOG_WARN("kvcache.block_unrecoverable key={} valid_chunks={} k={}", key.Hex(), std::popcount(valid), k_);
+    LADLE_LOG_WARN("kvcache.stripe_unrecoverable stripe={} blocks={} valid_chunks={} k={}", key.Hex(), e.members.size(),
+                   std::popcount(valid), k_);
     {
       std::lock_guard lock(mu_);
       auto it = catalog_.find(key);
@@ -313,48 +357,32 @@ Store::RepairResult Store::RepairKey(const BlockKey& key, uint64_t* rewritten) {
     RemoveEverywhere(key);
     return RepairResult::kUnrecoverable;
   }
-  uint32_t want = ((n_ == 32) ? ~0u : ((1u << n_) - 1)) & ~down;
+  uint32_t want = RealMask(e) & ~down;
   if ((valid & want) == want) {
     set_mask(valid);
     return RepairResult::kOk;
   }
-  // Rebuild the value, re-encode every chunk, rewrite the missing ones.
-  std::vector<uint8_t> value(e.value_len);
-  if (!Reassemble(e.value_len, chunk_len, valid, chunks, value.data())) return RepairResult::kSkipped;
-  std::vector<uint8_t> plain(static_cast<size_t>(chunk_len) * n_, 0);
-  if (!value.empty()) std::memcpy(plain.data(), value.data(), value.size());
-  std::vector<uint8_t*> ptr(n_);
-  for (unsigned d = 0; d < n_; ++d) ptr[d] = plain.data() + static_cast<size_t>(d) * chunk_len;
-  codec_->Encode(chunk_len, ptr.data(), ptr.data() + k_);
-  ChunkHeader h;
-  h.key = key;
-  h.value_len = e.value_len;
-  h.write_ms = e.write_ms;
-  h.write_id = e.write_id;
-  h.has_parent = e.has_parent;
-  h.parent = e.has_parent ? e.parent : BlockKey{};
-  h.chunk_len = chunk_len;
-  h.depth = e.depth;
-  h.k = static_cast<uint8_t>(k_);
-  h.m = static_cast<uint8_t>(m_);
-  h.cls = e.cls;
+  // Rebuild the blocks, re-encode the stripe, rewrite the missing chunks.
+  std::vector<std::vector<uint8_t>> slots;
+  if (!RebuildSlots(e, valid, chunks, &slots)) return RepairResult::kSkipped;
+  std::vector<std::span<const uint8_t>> values;
+  for (size_t j = 0; j < e.members.size(); ++j) values.emplace_back(slots[j].data(), e.members[j].len);
+  auto encoded = EncodeStripe(key, e, values);
   uint32_t now_valid = valid;
   IndexMeta meta = MetaOf(e);
   for (unsigned d = 0; d < n_; ++d) {
     if (!(want & (1u << d)) || (valid & (1u << d))) continue;
-    h.chunk_idx = static_cast<uint8_t>(d);
-    auto bytes = std::make_shared<std::vector<uint8_t>>(EncodeChunk(h, std::span<const uint8_t>(ptr[d], chunk_len)));
-    Status s = targets_[d]->WriteSync(ChunkWrite{key, bytes, meta});
+    Status s = targets_[d]->WriteSync(ChunkWrite{key, encoded[d], meta});
     if (s.ok()) {
       now_valid |= 1u << d;
       ++*rewritten;
       ++repairs_;
     } else {
-      LADLE_LOG_WARN("kvcache.repair_write_failed key={} domain={} error={}", key.Hex(), d, s.ToString());
+      LADLE_LOG_WARN("kvcache.repair_write_failed stripe={} domain={} error={}", key.Hex(), d, s.ToString());
     }
   }
   set_mask(now_valid);
-  LADLE_LOG_INFO("kvcache.repaired key={} chunks={}", key.Hex(), std::popcount(now_valid & ~valid));
+  LADLE_LOG_INFO("kvcache.repaired stripe={} chunks={}", key.Hex(), std::popcount(now_valid & ~valid));
   return RepairResult::kRepaired;
 }
 
@@ -371,7 +399,7 @@ Result<KvStore::FsckReport> Store::Fsck() {
       auto dec = DecodeChunk(*r);
       if (!dec.ok() || !(dec->header.key == key) || dec->header.chunk_idx != d || dec->header.k != k_ ||
           dec->header.m != m_) {
-        (void)targets_[d]->RemoveSync(key);  // garbage under a chunk's name
+        (void)targets_[d]->RemoveSync(key);  // garbage under a chunk's name (or an older format)
         return;
       }
       const ChunkHeader& h = dec->header;
@@ -387,14 +415,14 @@ Result<KvStore::FsckReport> Store::Fsck() {
       m.has_parent = h.has_parent;
       m.depth = h.depth;
       m.cls = h.cls;
+      m.members = h.members;
       m.file_bytes = r->size();
       if (!targets_[d]->Adopt(key, m).ok()) return;
       std::lock_guard lock(mu_);
-      Entry e = catalog_[key];
-      LinkLocked(e, -1);  // a default entry has no parent: a no-op
-      (void)e.MergeChunk(m, d);
-      catalog_[key] = e;
-      LinkLocked(e, +1);
+      auto it = catalog_.find(key);
+      Entry e = it == catalog_.end() ? Entry{} : it->second;
+      if (!e.MergeChunk(m, d)) return;
+      SetEntryLocked(key, e);
     });
   }
   std::vector<BlockKey> keys;

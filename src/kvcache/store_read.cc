@@ -1,7 +1,8 @@
-// Get: hedged any-K-of-(K+1) reads. A read asks the first K+1 domains holding the block (data
-// chunks first, so a healthy read needs no decode), decodes from the first K valid answers,
-// asks the remaining domains when an answer fails or is corrupt or after hedge_after, and
-// gives up on a domain after domain_timeout (marking it down). Too few valid chunks = a miss.
+// Get: one read of the block's own data chunk, hedged. A healthy read is one file of one block
+// (its data chunk holds it whole). When that chunk fails, is corrupt, or has not answered after
+// hedge_after, the stripe's other chunks are asked and the block is rebuilt from the first K
+// valid ones (a narrow stripe's absent data chunks count as zeros). A domain silent for
+// domain_timeout is marked down. Too few valid chunks = a miss.
 #include <bit>
 #include <cstring>
 
@@ -39,7 +40,9 @@ struct Store::GetKey {
   std::mutex mu;
   std::shared_ptr<GetBatch> batch;
   size_t index = 0;
-  BlockKey key;
+  BlockKey key;     // the block
+  BlockKey stripe;  // the stripe holding it, and its place there
+  uint32_t j = 0;
   Entry entry;
   MutableBuffer buf;
   uint32_t candidates = 0, asked = 0, answered = 0, valid = 0, bad = 0;
@@ -69,24 +72,28 @@ void Store::Get(std::span<const BlockKey> keys, std::span<const MutableBuffer> b
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
-      auto it = catalog_.find(keys[i]);
-      if (it == catalog_.end() || it->second.expire_ms <= now ||
-          std::popcount(it->second.mask & up) < static_cast<int>(k_)) {
+      uint32_t j;
+      BlockKey stripe;
+      const Entry* e = FindBlockLocked(keys[i], &j, &stripe);
+      if (!e || e->expire_ms <= now || !Decodable(*e, e->mask & up)) {
         immediate.emplace_back(i, Miss());
         continue;
       }
-      if (buffers[i].capacity < it->second.value_len) {
+      uint64_t len = e->members[j].len;
+      if (buffers[i].capacity < len) {
         immediate.emplace_back(i, OutOfRange("kvcache get: buffer of " + std::to_string(buffers[i].capacity) +
-                                             " bytes for a block of " + std::to_string(it->second.value_len)));
+                                             " bytes for a block of " + std::to_string(len)));
         continue;
       }
       auto g = std::make_shared<GetKey>();
       g->batch = batch;
       g->index = i;
       g->key = keys[i];
-      g->entry = it->second;
+      g->stripe = stripe;
+      g->j = j;
+      g->entry = *e;
       g->buf = buffers[i];
-      g->candidates = it->second.mask & up;
+      g->candidates = e->mask & up & RealMask(*e);
       g->chunks.resize(n_);
       ++leases_[keys[i]];  // GC will not evict it until FinishRead
       TouchLocked(keys[i], now);
@@ -103,15 +110,21 @@ void Store::Get(std::span<const BlockKey> keys, std::span<const MutableBuffer> b
 
 void Store::StartRead(std::shared_ptr<GetKey> g) {
   std::vector<unsigned> ask;
+  bool hedge = false;
   {
     std::lock_guard lock(g->mu);
-    // Domains in index order: data chunks come first, so a read with no loss copies, never decodes.
-    for (unsigned d = 0; d < n_ && ask.size() < k_ + 1; ++d) {
-      if (g->candidates & (1u << d)) ask.push_back(d);
+    if (g->candidates & (1u << g->j)) {
+      // The block's own chunk: one read, no decode. The rest of the stripe only if it is late.
+      ask.push_back(g->j);
+      hedge = g->candidates != (1u << g->j);
+    } else {
+      for (unsigned d = 0; d < n_; ++d) {
+        if (g->candidates & (1u << d)) ask.push_back(d);
+      }
     }
     for (unsigned d : ask) g->asked |= 1u << d;
   }
-  if (std::popcount(g->candidates) > static_cast<int>(ask.size())) {
+  if (hedge) {
     std::weak_ptr<GetKey> weak = g;
     timer_->After(opt_.hedge_after, [this, weak] {
       if (auto p = weak.lock()) OnHedge(p);
@@ -127,7 +140,7 @@ void Store::Ask(const std::shared_ptr<GetKey>& g, std::vector<unsigned> domains)
     if (auto p = weak.lock()) OnTimeout(p);
   });
   for (unsigned d : domains) {
-    targets_[d]->ReadAsync(g->key, [this, g, d](Result<std::vector<uint8_t>> r) { OnChunk(g, d, std::move(r)); });
+    targets_[d]->ReadAsync(g->stripe, [this, g, d](Result<std::vector<uint8_t>> r) { OnChunk(g, d, std::move(r)); });
   }
 }
 
@@ -174,12 +187,12 @@ void Store::OnChunk(const std::shared_ptr<GetKey>& g, unsigned d, Result<std::ve
     auto dec = DecodeChunk(*r);
     if (!dec.ok()) {
       ++corrupt_;
-      LADLE_LOG_WARN("kvcache.chunk_corrupt key={} domain={} why={}", g->key.Hex(), d, dec.status().message());
+      LADLE_LOG_WARN("kvcache.chunk_corrupt stripe={} domain={} why={}", g->stripe.Hex(), d, dec.status().message());
     } else {
       const ChunkHeader& h = dec->header;
-      // A valid chunk of another write of this key (a stale copy) is not this block.
-      good = h.key == g->key && h.chunk_idx == d && h.k == k_ && h.m == m_ && h.write_id == g->entry.write_id &&
-             h.value_len == g->entry.value_len;
+      // A valid chunk of another write of this stripe key (a stale copy) is not this block.
+      good = h.key == g->stripe && h.chunk_idx == d && h.k == k_ && h.m == m_ && h.write_id == g->entry.write_id &&
+             h.members == g->entry.members;
     }
   } else {
     StatusCode c = r.status().code();
@@ -189,7 +202,7 @@ void Store::OnChunk(const std::shared_ptr<GetKey>& g, unsigned d, Result<std::ve
     if (c == StatusCode::kDataLoss) ++corrupt_;
   }
   std::vector<unsigned> ask;
-  bool decode = false, miss = false;
+  bool direct = false, decode = false, miss = false;
   {
     std::lock_guard lock(g->mu);
     if (g->finished || (g->answered & (1u << d))) return;
@@ -200,32 +213,36 @@ void Store::OnChunk(const std::shared_ptr<GetKey>& g, unsigned d, Result<std::ve
     } else {
       g->bad |= 1u << d;
     }
-    int valid = std::popcount(g->valid);
-    int outstanding = std::popcount(g->asked & ~g->answered);
+    uint32_t outstanding = g->asked & ~g->answered;
     uint32_t unasked = g->candidates & ~g->asked;
-    if (valid >= static_cast<int>(k_)) {
+    uint32_t own = 1u << g->j;
+    if (good && d == g->j) {
+      direct = true;
+    } else if (Decodable(g->entry, g->valid)) {
       decode = true;
-      g->finished = true;
-    } else if (valid + outstanding + std::popcount(unasked) < static_cast<int>(k_)) {
+    } else if (!((outstanding | unasked) & own) && !Decodable(g->entry, g->valid | outstanding | unasked)) {
       miss = true;
-      g->finished = true;
     } else if (!good) {
-      int need = static_cast<int>(k_) - valid - outstanding;
-      for (unsigned e = 0; e < n_ && need > 0; ++e) {
-        if (unasked & (1u << e)) {
-          ask.push_back(e);
-          g->asked |= 1u << e;
-          --need;
-        }
+      // Degraded: the rest of the stripe, all at once.
+      for (unsigned e = 0; e < n_; ++e) {
+        if (unasked & (1u << e)) ask.push_back(e);
       }
+      g->asked |= unasked;
     }
+    g->finished = direct || decode || miss;
   }
-  if (decode) {
-    // Only this thread touches the chunks now: finished is set.
-    uint32_t chunk_len = ChunkLenFor(g->entry.value_len, k_);
-    bool ok = Reassemble(g->entry.value_len, chunk_len, g->valid, g->chunks, static_cast<uint8_t*>(g->buf.data));
+  // Only this thread touches the chunks once finished is set.
+  const uint64_t len = g->entry.members[g->j].len;
+  if (direct) {
+    if (len > 0) std::memcpy(g->buf.data, g->chunks[d].data() + HeaderBytes(g->entry.members.size()), len);
     g->chunks.clear();
-    FinishRead(g, ok ? Result<size_t>(g->entry.value_len) : Result<size_t>(Miss()), g->bad != 0 || !ok);
+    FinishRead(g, Result<size_t>(len), g->bad != 0);
+  } else if (decode) {
+    std::vector<std::vector<uint8_t>> slots;
+    bool ok = RebuildSlots(g->entry, g->valid, g->chunks, &slots);
+    if (ok && len > 0) std::memcpy(g->buf.data, slots[g->j].data(), len);
+    g->chunks.clear();
+    FinishRead(g, ok ? Result<size_t>(len) : Result<size_t>(Miss()), true);
   } else if (miss) {
     g->chunks.clear();
     FinishRead(g, Miss(), true);
@@ -234,39 +251,32 @@ void Store::OnChunk(const std::shared_ptr<GetKey>& g, unsigned d, Result<std::ve
   }
 }
 
-bool Store::Reassemble(uint64_t value_len, uint32_t chunk_len, uint32_t have, std::vector<std::vector<uint8_t>>& chunks,
-                       uint8_t* dst) {
-  LADLE_CHECK(std::popcount(have) >= static_cast<int>(k_));
-  uint32_t sources = 0;
+bool Store::RebuildSlots(const Entry& e, uint32_t valid, const std::vector<std::vector<uint8_t>>& chunks,
+                         std::vector<std::vector<uint8_t>>* slots) {
+  LADLE_CHECK(Decodable(e, valid));
+  const size_t w = e.members.size(), slot = SlotLen(e.members), hdr = HeaderBytes(w);
+  slots->assign(k_, std::vector<uint8_t>(slot, 0));
+  // Data chunks first: a data chunk is its slot as it is, and a narrow stripe's zeros are free.
+  uint32_t have = (valid & RealMask(e)) | VirtualMask(e), sources = 0;
   for (unsigned d = 0; d < n_ && std::popcount(sources) < static_cast<int>(k_); ++d) {
     if (have & (1u << d)) sources |= 1u << d;
   }
-  std::vector<std::vector<uint8_t>> rebuilt(k_);
-  std::vector<const uint8_t*> data(k_);
-  uint32_t data_mask = (k_ == 32) ? ~0u : ((1u << k_) - 1);
-  if ((sources & data_mask) != data_mask) {
-    std::vector<uint8_t*> src, out(k_, nullptr);
-    for (unsigned d = 0; d < n_; ++d) {
-      if (sources & (1u << d)) src.push_back(chunks[d].data() + kChunkHeaderBytes);
+  for (unsigned j = 0; j < w; ++j) {
+    if ((sources & (1u << j)) && e.members[j].len > 0) {
+      std::memcpy((*slots)[j].data(), chunks[j].data() + hdr, e.members[j].len);
     }
-    for (unsigned j = 0; j < k_; ++j) {
-      if (!(sources & (1u << j))) {
-        rebuilt[j].resize(chunk_len);
-        out[j] = rebuilt[j].data();
-      }
-    }
-    if (!codec_->Decode(chunk_len, sources, src.data(), out.data())) return false;
+  }
+  uint32_t data_mask = k_ == 32 ? ~0u : (1u << k_) - 1;
+  if ((sources & data_mask) == data_mask) return true;
+  std::vector<uint8_t*> src, out(k_, nullptr);
+  for (unsigned d = 0; d < n_; ++d) {
+    if (!(sources & (1u << d))) continue;
+    src.push_back(d < k_ ? (*slots)[d].data() : const_cast<uint8_t*>(chunks[d].data() + hdr));
   }
   for (unsigned j = 0; j < k_; ++j) {
-    data[j] = (sources & (1u << j)) ? chunks[j].data() + kChunkHeaderBytes : rebuilt[j].data();
+    if (!(sources & (1u << j))) out[j] = (*slots)[j].data();
   }
-  for (unsigned j = 0; j < k_; ++j) {
-    uint64_t off = static_cast<uint64_t>(j) * chunk_len;
-    if (off >= value_len) break;
-    size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_len, value_len - off));
-    std::memcpy(dst + off, data[j], n);
-  }
-  return true;
+  return codec_->Decode(slot, sources, src.data(), out.data());
 }
 
 void Store::FinishRead(const std::shared_ptr<GetKey>& g, Result<size_t> r, bool repair) {
@@ -276,7 +286,7 @@ void Store::FinishRead(const std::shared_ptr<GetKey>& g, Result<size_t> r, bool 
   } else {
     ++misses_;
   }
-  if (repair) ScheduleRepair(g->key);
+  if (repair) ScheduleRepair(g->stripe);
   g->batch->Finish(g->index, std::move(r));
 }
 

@@ -1,6 +1,7 @@
 // ec:10+2 failure domains: any 2 domains deleted / truncated / bit-flipped still read back
 // exactly; a third lost domain gives clean misses; hung domains are hedged around; a FIFO in
-// place of a chunk is a bad chunk, not a hang; fsck rewrites what was lost.
+// place of a chunk is a bad chunk, not a hang; fsck rewrites what was lost. The blocks are put
+// as one chain, so they fill a whole stripe (10 blocks) and a narrow tail stripe.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -18,17 +19,23 @@ namespace {
 
 constexpr unsigned kK = 10, kM = 2;
 
+// `n` blocks of mixed lengths (a stripe pads them to its longest) as one chain.
 std::vector<BlockKey> PutBlocks(KvStore& s, size_t n) {
   std::vector<BlockKey> keys;
+  std::vector<std::vector<uint8_t>> vals;
   for (size_t i = 0; i < n; ++i) {
     BlockKey key = testing_values::KeyFor(5000 + i);
     keys.push_back(key);
     size_t len = (i * 7919 + 8) % (130 * 1024) + 8;
     if (i == 0) len = 8;
-    EXPECT_TRUE(PutOne(s, key, testing_values::ValueFor(key, len)).ok());
+    vals.push_back(testing_values::ValueFor(key, len));
   }
+  std::vector<std::span<const uint8_t>> spans(vals.begin(), vals.end());
+  for (const Status& st : s.PutSync(keys, spans, TrafficClass::kChatbot)) EXPECT_TRUE(st.ok()) << st.ToString();
   return keys;
 }
+
+std::vector<std::string> ChunkFiles(const TempDir& t, unsigned d) { return ChunkFilesUnder(t.Sub("d" + std::to_string(d))); }
 
 // Every key reads back exactly what was written.
 void ExpectExact(KvStore& s, const std::vector<BlockKey>& keys, const std::string& what) {
@@ -44,9 +51,10 @@ void ExpectExact(KvStore& s, const std::vector<BlockKey>& keys, const std::strin
 
 enum class Damage { kDelete, kTruncate, kFlip };
 
-void DamageDomain(const TempDir& t, unsigned d, const std::vector<BlockKey>& keys, Damage how) {
-  for (const BlockKey& key : keys) {
-    std::string p = ChunkPath(t.Sub("d" + std::to_string(d)), key);
+void DamageDomain(const TempDir& t, unsigned d, Damage how) {
+  std::vector<std::string> files = ChunkFiles(t, d);
+  ASSERT_FALSE(files.empty()) << "domain " << d << " holds no chunk";
+  for (const std::string& p : files) {
     switch (how) {
       case Damage::kDelete:
         std::filesystem::remove(p);
@@ -67,16 +75,22 @@ void DamageDomain(const TempDir& t, unsigned d, const std::vector<BlockKey>& key
   }
 }
 
-bool AllChunksValid(const TempDir& t, const std::vector<BlockKey>& keys) {
+// Every domain holds exactly `per_domain[d]` chunk files and each one decodes.
+bool AllChunksValid(const TempDir& t, const std::vector<size_t>& per_domain) {
   for (unsigned d = 0; d < kK + kM; ++d) {
-    for (const BlockKey& key : keys) {
-      std::ifstream f(ChunkPath(t.Sub("d" + std::to_string(d)), key), std::ios::binary);
+    std::vector<std::string> files = ChunkFiles(t, d);
+    if (files.size() != per_domain[d]) return false;
+    for (const std::string& p : files) {
+      std::ifstream f(p, std::ios::binary);
       std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       if (!DecodeChunk(bytes).ok()) return false;
     }
   }
   return true;
 }
+
+// 12 blocks in one chain: a stripe of 10 (every domain) and one of 2 (domains 0, 1, 10, 11).
+std::vector<size_t> TwelveBlockLayout() { return {2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2}; }
 
 TEST(KvEcFailure, AnyTwoDomainsDamagedReadExactThenFsckRepairs) {
   TempDir t;
@@ -86,6 +100,7 @@ TEST(KvEcFailure, AnyTwoDomainsDamagedReadExactThenFsckRepairs) {
   ASSERT_TRUE(store.ok());
   KvStore& s = **store;
   auto keys = PutBlocks(s, 12);
+  ASSERT_TRUE(AllChunksValid(t, TwelveBlockLayout()));
   struct Round {
     unsigned a, b;
     Damage da, db;
@@ -94,14 +109,14 @@ TEST(KvEcFailure, AnyTwoDomainsDamagedReadExactThenFsckRepairs) {
                 {0, 1, Damage::kFlip, Damage::kTruncate},   {4, 10, Damage::kTruncate, Damage::kDelete}};
   for (const Round& r : rounds) {
     std::string what = "domains " + std::to_string(r.a) + "," + std::to_string(r.b);
-    DamageDomain(t, r.a, keys, r.da);
-    DamageDomain(t, r.b, keys, r.db);
+    DamageDomain(t, r.a, r.da);
+    DamageDomain(t, r.b, r.db);
     ExpectExact(s, keys, what);
     auto rep = s.Fsck();
     ASSERT_TRUE(rep.ok());
-    EXPECT_EQ(rep->objects, keys.size()) << what;
+    EXPECT_EQ(rep->objects, 2u) << what;  // stripes
     EXPECT_EQ(rep->unrecoverable, 0u) << what;
-    EXPECT_TRUE(AllChunksValid(t, keys)) << what;
+    EXPECT_TRUE(AllChunksValid(t, TwelveBlockLayout())) << what;
   }
   EXPECT_GT(s.Stat().repairs, 0u);
   EXPECT_GT(s.Stat().corrupt, 0u);
@@ -114,18 +129,30 @@ TEST(KvEcFailure, ThreeDomainsLostAreCleanMisses) {
   auto store = KvStore::Open(EcUri(t, kK, kM), o);
   ASSERT_TRUE(store.ok());
   KvStore& s = **store;
-  auto keys = PutBlocks(s, 6);
-  DamageDomain(t, 1, keys, Damage::kDelete);
-  DamageDomain(t, 6, keys, Damage::kFlip);
-  DamageDomain(t, 11, keys, Damage::kTruncate);
+  auto keys = PutBlocks(s, 10);
+  DamageDomain(t, 1, Damage::kDelete);
+  DamageDomain(t, 6, Damage::kFlip);
+  DamageDomain(t, 11, Damage::kTruncate);
   std::vector<std::vector<uint8_t>> outs(keys.size(), std::vector<uint8_t>(140 * 1024));
   std::vector<MutableBuffer> bufs;
   for (auto& o2 : outs) bufs.push_back({o2.data(), o2.size()});
   auto rs = s.GetSync(keys, bufs);
-  for (auto& r : rs) EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
-  // The misses schedule repairs, which find the blocks unrecoverable and drop them: Match follows.
+  // Blocks 1 and 6 cannot be rebuilt (3 of the stripe's 12 chunks are gone): clean misses. A
+  // block whose own chunk survives is one read of that chunk and comes back exact.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i == 1 || i == 6) {
+      EXPECT_EQ(rs[i].status().code(), StatusCode::kNotFound) << i << ": " << rs[i].status().ToString();
+    } else if (rs[i].ok()) {
+      EXPECT_TRUE(testing_values::IsValueOf(keys[i], outs[i].data(), *rs[i])) << i;
+    } else {
+      EXPECT_EQ(rs[i].status().code(), StatusCode::kNotFound) << i;
+    }
+  }
+  // The misses schedule a repair, which finds the stripe unrecoverable and drops it whole (its
+  // parity can no longer be made): Match follows, and every later read is a clean miss.
   EXPECT_TRUE(WaitFor([&] { return *s.MatchSync(keys) == 0; }));
   EXPECT_EQ(*s.MatchSync(keys), 0u);
+  for (auto& r : s.GetSync(keys, bufs)) EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
 }
 
 TEST(KvEcFailure, HungDomainsAreHedgedAround) {
@@ -162,9 +189,8 @@ TEST(KvEcFailure, FifoInPlaceOfAChunkIsABadChunk) {
   auto store = KvStore::Open(EcUri(t, kK, kM), o);
   ASSERT_TRUE(store.ok());
   KvStore& s = **store;
-  auto keys = PutBlocks(s, 3);
-  for (const BlockKey& key : keys) {
-    std::string p = ChunkPath(t.Sub("d4"), key);
+  auto keys = PutBlocks(s, 10);
+  for (const std::string& p : ChunkFiles(t, 4)) {
     std::filesystem::remove(p);
     ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
   }

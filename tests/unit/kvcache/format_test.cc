@@ -50,15 +50,19 @@ TEST(KvKeys, ExtrasAreTagged) {
 
 TEST(KvFormat, Crc32cKnownValue) { EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u); }
 
-ChunkHeader SampleHeader(uint64_t len, unsigned k, unsigned m, unsigned idx) {
+// A stripe of `width` blocks, the first `len` bytes long and each next one 3 bytes shorter.
+ChunkHeader SampleHeader(uint64_t len, unsigned k, unsigned m, unsigned idx, unsigned width = 1) {
   ChunkHeader h;
-  h.key = {1, 2};
-  h.value_len = len;
+  for (unsigned j = 0; j < width; ++j) {
+    h.members.push_back({j == 0 ? BlockKey{1, 2} : BlockKey{10 + j, 20 + j}, len >= 3 * j ? len - 3 * j : 0});
+    h.value_len += h.members.back().len;
+  }
   h.write_ms = 1700000000000;
   h.write_id = 99;
+  h.key = StripeKey(h.members[0].key, h.write_id);
   h.has_parent = true;
   h.parent = {3, 4};
-  h.chunk_len = ChunkLenFor(len, k);
+  h.chunk_len = static_cast<uint32_t>(ChunkLenOf(h.members, idx, k));
   h.depth = 5;
   h.chunk_idx = static_cast<uint8_t>(idx);
   h.k = static_cast<uint8_t>(k);
@@ -68,14 +72,16 @@ ChunkHeader SampleHeader(uint64_t len, unsigned k, unsigned m, unsigned idx) {
 }
 
 TEST(KvFormat, RoundTripAndEveryByteMatters) {
-  ChunkHeader h = SampleHeader(37, 10, 2, 11);
+  ChunkHeader h = SampleHeader(37, 10, 2, 11, 3);
   std::vector<uint8_t> payload(h.chunk_len);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 13);
   std::vector<uint8_t> bytes = EncodeChunk(h, payload);
   auto dec = DecodeChunk(bytes);
   ASSERT_TRUE(dec.ok()) << dec.status().ToString();
   EXPECT_EQ(dec->header.key, h.key);
-  EXPECT_EQ(dec->header.value_len, 37u);
+  EXPECT_EQ(dec->header.value_len, 37u + 34u + 31u);
+  EXPECT_EQ(dec->header.members, h.members);
+  EXPECT_EQ(dec->payload.size(), 37u);  // a parity chunk is the slot, the longest member
   EXPECT_EQ(dec->header.chunk_idx, 11);
   EXPECT_EQ(dec->header.depth, 5u);
   EXPECT_EQ(dec->header.cls, TrafficClass::kAgent);
@@ -91,6 +97,22 @@ TEST(KvFormat, RoundTripAndEveryByteMatters) {
   auto longer = bytes;
   longer.push_back(0);
   EXPECT_FALSE(DecodeChunk(longer).ok());
+}
+
+TEST(KvFormat, GeometryIsChecked) {
+  // A data chunk is its own block's length; chunk 5 of a 3-wide stripe does not exist.
+  ChunkHeader h = SampleHeader(37, 10, 2, 1, 3);
+  EXPECT_EQ(h.chunk_len, 34u);
+  std::vector<uint8_t> payload(h.chunk_len, 7);
+  auto bytes = EncodeChunk(h, payload);
+  ASSERT_TRUE(DecodeChunk(bytes).ok());
+  EXPECT_EQ(bytes.size(), EncodedChunkSize(3, 34));
+  auto bad = bytes;
+  bad[72] = 5;  // chunk index of a virtual (all-zero, never stored) data chunk
+  EXPECT_FALSE(DecodeChunkHeader(bad).ok());
+  bad = bytes;
+  bad[77] = 11;  // wider than k
+  EXPECT_FALSE(DecodeChunkHeader(bad).ok());
 }
 
 TEST(KvFormat, EmptyValue) {

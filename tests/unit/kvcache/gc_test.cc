@@ -25,7 +25,7 @@ struct Clock {
   }
 };
 
-uint64_t FileBytes(size_t value_len) { return EncodedChunkSize(static_cast<uint32_t>(value_len)); }
+uint64_t FileBytes(size_t value_len) { return EncodedChunkSize(1, value_len); }
 
 TEST(KvGc, TtlPerTrafficClass) {
   TempDir t;
@@ -49,8 +49,8 @@ TEST(KvGc, TtlPerTrafficClass) {
   EXPECT_EQ(*s.MatchSync(std::span(&agent, 1)), 0u);
   EXPECT_TRUE(GetOne(s, chat, &out).ok());
   EXPECT_EQ(*s.RunGcOnce(), 1u);
-  EXPECT_FALSE(std::filesystem::exists(ChunkPath(t.Sub("fs"), agent)));
-  EXPECT_TRUE(std::filesystem::exists(ChunkPath(t.Sub("fs"), chat)));
+  EXPECT_FALSE(HoldsBlock(t.Sub("fs"), agent));
+  EXPECT_TRUE(HoldsBlock(t.Sub("fs"), chat));
   clock.ms += 300'000;
   EXPECT_EQ(GetOne(s, chat, &out).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(*s.RunGcOnce(), 1u);

@@ -15,7 +15,9 @@ namespace {
 
 const size_t kSizes[] = {0, 1, 2, 7, 9, 4095, 4096, 4097, 10 * 1024 + 3, 112 * 1024, 1 << 20};
 
-void RoundTrip(const std::string& uri) {
+// Each size alone (a one-block stripe), then all of them as one chain (stripes of k blocks of
+// mixed sizes, padded to their longest for the parity).
+void RoundTrip(const std::string& uri, unsigned k = 1, unsigned m = 0) {
   auto store = KvStore::Open(uri, {});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   KvStore& s = **store;
@@ -29,6 +31,21 @@ void RoundTrip(const std::string& uri) {
     EXPECT_EQ(*r, kSizes[i]);
     EXPECT_EQ(out, v) << kSizes[i];
   }
+  std::vector<BlockKey> chain;
+  std::vector<std::vector<uint8_t>> vals;
+  for (size_t i = 0; i < std::size(kSizes); ++i) {
+    chain.push_back(testing_values::KeyFor(3000 + i));
+    vals.push_back(testing_values::ValueFor(chain.back(), kSizes[i]));
+  }
+  std::vector<std::span<const uint8_t>> spans(vals.begin(), vals.end());
+  for (const Status& st : s.PutSync(chain, spans, TrafficClass::kChatbot)) ASSERT_TRUE(st.ok()) << st.ToString();
+  for (size_t i = 0; i < chain.size(); ++i) {
+    std::vector<uint8_t> out;
+    auto r = GetOne(s, chain[i], &out);
+    ASSERT_TRUE(r.ok()) << "chain " << kSizes[i] << ": " << r.status().ToString();
+    EXPECT_EQ(out, vals[i]) << "chain " << kSizes[i];
+  }
+  EXPECT_EQ(*s.MatchSync(chain), chain.size());
   // A buffer one byte short: kOutOfRange, nothing read.
   BlockKey key = testing_values::KeyFor(1000 + 5);
   std::vector<uint8_t> small(kSizes[5] - 1, 0x5a);
@@ -40,7 +57,7 @@ void RoundTrip(const std::string& uri) {
   std::vector<uint8_t> out;
   EXPECT_EQ(GetOne(s, testing_values::KeyFor(999999), &out).status().code(), StatusCode::kNotFound);
   StoreStat st = s.Stat();
-  EXPECT_EQ(st.puts, std::size(kSizes));
+  EXPECT_EQ(st.puts, 2 * std::size(kSizes));
   EXPECT_GE(st.hits, std::size(kSizes));
   EXPECT_GE(st.misses, 1u);
   EXPECT_TRUE(st.healthy);
@@ -51,7 +68,10 @@ void RoundTrip(const std::string& uri) {
     EXPECT_GT(t.capacity_bytes, 0u);
     EXPECT_FALSE(t.down);
   }
-  EXPECT_EQ(objects, std::size(kSizes) * st.targets.size());
+  // A stripe of w blocks is w data chunks and m parity chunks.
+  uint64_t want = std::size(kSizes) * (1 + m);
+  for (size_t first = 0; first < std::size(kSizes); first += k) want += std::min<size_t>(k, std::size(kSizes) - first) + m;
+  EXPECT_EQ(objects, want);
 }
 
 TEST(KvRoundTrip, Fs) {
@@ -78,14 +98,14 @@ TEST(KvRoundTrip, FsODirect) {
 
 TEST(KvRoundTrip, Ec10Plus2) {
   TempDir t;
-  RoundTrip(EcUri(t, 10, 2));
+  RoundTrip(EcUri(t, 10, 2), 10, 2);
 }
 
 TEST(KvRoundTrip, Ec4Plus1AndReplication) {
   TempDir t;
-  RoundTrip(EcUri(t, 4, 1));
+  RoundTrip(EcUri(t, 4, 1), 4, 1);
   TempDir t2;
-  RoundTrip(EcUri(t2, 1, 2));
+  RoundTrip(EcUri(t2, 1, 2), 1, 2);
 }
 
 TEST(KvRoundTrip, BadUris) {
@@ -182,7 +202,7 @@ TEST(KvRoundTrip, DeleteAndMatchStopsAtFirstHole) {
   EXPECT_EQ(*s.MatchSync(chain), 20u);
   std::vector<uint8_t> out;
   EXPECT_EQ(GetOne(s, hole, &out).status().code(), StatusCode::kNotFound);
-  EXPECT_FALSE(std::filesystem::exists(ChunkPath(t.Sub("fs"), hole)));
+  EXPECT_FALSE(HoldsBlock(t.Sub("fs"), hole));
   EXPECT_EQ(*s.MatchSync({}), 0u);
 }
 

@@ -14,7 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include <fstream>
+#include <iterator>
+
 #include "ladle/kvcache/kv_store.h"
+#include "object_format.h"
 #include "test_values.h"
 
 namespace kvtest {
@@ -58,10 +62,30 @@ inline std::string EcUri(const TempDir& t, unsigned k, unsigned m,
   return uri;
 }
 
-// The chunk file of `key` under a target directory.
-inline std::string ChunkPath(const std::string& dir, const BlockKey& key) {
-  std::string hex = key.Hex();
-  return dir + "/" + hex.substr(0, 2) + "/" + hex;
+// Every chunk file under a target directory (not its index).
+inline std::vector<std::string> ChunkFilesUnder(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec)) {
+    if (it->path().string().find("/.index") != std::string::npos) continue;
+    if (it->is_regular_file() || it->is_fifo()) out.push_back(it->path().string());
+  }
+  return out;
+}
+
+// Whether any chunk file under a target directory lists `key` among its stripe's blocks.
+inline bool HoldsBlock(const std::string& dir, const BlockKey& key) {
+  for (const std::string& p : ChunkFilesUnder(dir)) {
+    std::ifstream f(p, std::ios::binary);
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto h = DecodeChunkHeader(bytes);
+    if (!h.ok()) continue;
+    for (const StripeMember& mb : h->members) {
+      if (mb.key == key) return true;
+    }
+  }
+  return false;
 }
 
 inline bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds deadline = std::chrono::seconds(20)) {

@@ -52,7 +52,7 @@ TEST(KvTornWrites, KillNineAtRandomPoints) {
     ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited by itself";
     ::close(out[0]);
   }
-  // Every file under a chunk's name is a whole, valid chunk of the value its key implies.
+  // Every file under a chunk's name is a whole, valid chunk of the value its block's key implies.
   size_t files = 0, temps = 0;
   for (auto& e : std::filesystem::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file() || e.path().string().find("/.index") != std::string::npos) continue;
@@ -67,7 +67,10 @@ TEST(KvTornWrites, KillNineAtRandomPoints) {
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     auto dec = DecodeChunk(bytes);
     ASSERT_TRUE(dec.ok()) << name << ": " << dec.status().ToString();
-    EXPECT_TRUE(testing_values::IsValueOf(*key, dec->payload.data(), dec->payload.size())) << name;
+    EXPECT_EQ(dec->header.key, *key) << name;  // a file is named by its stripe
+    ASSERT_EQ(dec->header.members.size(), 1u) << name;  // fs: one block per stripe
+    const BlockKey& block = dec->header.members[0].key;
+    EXPECT_TRUE(testing_values::IsValueOf(block, dec->payload.data(), dec->payload.size())) << name;
     ++files;
   }
   EXPECT_GT(files, 0u);
