@@ -11,8 +11,12 @@
 namespace ladle::eplb {
 
 Result<Placement> RebalanceWithLayerBudget(const ExpertLoads& loads, const PlacementConfig& cfg,
-                                           const LayerBudgetOptions& opts) {
+                                           const LayerBudgetOptions& opts, const ExpertLoads* previous) {
   if (Status s = internal::CheckShape(loads.experts(), cfg); !s.ok()) return s;
+  if (previous != nullptr && (previous->layers() != loads.layers() || previous->experts() != loads.experts())) {
+    return InvalidArgument(fmt::format("layer budget: previous window is {}x{}, loads {}x{}", previous->layers(),
+                                       previous->experts(), loads.layers(), loads.experts()));
+  }
   LADLE_ASSIGN_OR_RETURN(Placement uniform, RebalanceExperts(loads, cfg));
   const uint32_t layers = loads.layers();
   const uint32_t ranks = cfg.num_ranks;
@@ -25,14 +29,18 @@ Result<Placement> RebalanceWithLayerBudget(const ExpertLoads& loads, const Place
   const uint32_t lookahead = std::max(opts.lookahead, 1u);
 
   // cost[l][k]: the slowest rank's load of layer l under EPLB with base + k * ranks slots,
-  // computed on demand (the greedy touches few k per layer).
+  // computed on demand (the greedy touches few k per layer). With a previous window, the
+  // placement is planned from it and scored on `loads`: what k buys a layer one interval of
+  // drift later, which is what the next interval will see (planned and scored on the same
+  // window, EPLB is near 1.0 everywhere and the gains are noise).
+  const ExpertLoads& plan_from = previous != nullptr ? *previous : loads;
   std::vector<std::vector<double>> cost(layers);
   auto cost_at = [&](uint32_t l, uint32_t k) {
     auto& c = cost[l];
     while (c.size() <= k) {
       PlacementConfig sized = cfg;
       sized.num_physical = base + static_cast<uint32_t>(c.size()) * ranks;
-      c.push_back(internal::SlowestRank(internal::RebalanceLayer(loads.Row(l), sized), ranks, loads.Row(l)));
+      c.push_back(internal::SlowestRank(internal::RebalanceLayer(plan_from.Row(l), sized), ranks, loads.Row(l)));
     }
     return c[k];
   };
@@ -75,8 +83,11 @@ Result<Placement> RebalanceWithLayerBudget(const ExpertLoads& loads, const Place
     sized.num_physical = base + k[l] * ranks;
     out.layers.push_back(internal::RebalanceLayer(loads.Row(l), sized));
   }
-  // Greedy on a non-concave gain curve can end behind the uniform split; never return worse.
-  if (SlowestRankTotal(out, loads) >= SlowestRankTotal(uniform, loads)) return uniform;
+  // Greedy on a non-concave gain curve can end behind the uniform split; never return worse
+  // under the objective it optimised.
+  double chosen = 0, flat = 0;
+  for (uint32_t l = 0; l < layers; ++l) chosen += cost_at(l, k[l]), flat += cost_at(l, per_layer);
+  if (chosen >= flat) return uniform;
   return out;
 }
 

@@ -69,11 +69,16 @@ void CapShares(std::span<double> shares, double cap) {
 
 SkewedLoadGenerator::SkewedLoadGenerator(const SkewConfig& cfg) : cfg_(cfg) {
   rho_ = std::pow(0.5, static_cast<double>(cfg.drift_every_steps) / static_cast<double>(cfg.half_life_steps));
-  zipf_.resize(cfg.experts);
-  for (uint32_t r = 0; r < cfg.experts; ++r) zipf_[r] = 1.0 / std::pow(r + 1.0, cfg.zipf_s);
+  zipf_.resize(size_t{cfg.layers} * cfg.experts);
   scores_.resize(size_t{cfg.layers} * cfg.experts);
   for (uint32_t l = 0; l < cfg.layers; ++l) {
     Rng rng(StreamSeed(cfg.seed, kInitial, l, 0));
+    const double u = std::uniform_real_distribution<double>(-1.0, 1.0)(rng);
+    const double s = std::max(0.0, cfg.zipf_s * (1.0 + cfg.zipf_s_spread * u));
+    double* zipf = zipf_.data() + size_t{l} * cfg.experts;
+    double total = 0;
+    for (uint32_t r = 0; r < cfg.experts; ++r) total += (zipf[r] = 1.0 / std::pow(r + 1.0, s));
+    for (uint32_t r = 0; r < cfg.experts; ++r) zipf[r] /= total;
     std::normal_distribution<double> normal;
     for (uint32_t e = 0; e < cfg.experts; ++e) scores_[size_t{l} * cfg.experts + e] = normal(rng);
   }
@@ -84,7 +89,7 @@ Result<SkewedLoadGenerator> SkewedLoadGenerator::Create(const SkewConfig& cfg) {
   if (cfg.layers == 0 || cfg.experts == 0 || cfg.top_k == 0 || cfg.top_k > cfg.experts) {
     return InvalidArgument(fmt::format("skew: {} layers, {} experts, top-{}", cfg.layers, cfg.experts, cfg.top_k));
   }
-  if (!(cfg.zipf_s >= 0) || !(cfg.step_jitter >= 0) || cfg.half_life_steps == 0 || cfg.drift_every_steps == 0) {
+  if (!(cfg.zipf_s >= 0) || !(cfg.step_jitter >= 0) || !(cfg.zipf_s_spread >= 0) || cfg.half_life_steps == 0 || cfg.drift_every_steps == 0) {
     return InvalidArgument("skew: zipf_s and step_jitter must be >= 0, half-life and epoch > 0 steps");
   }
   return SkewedLoadGenerator(cfg);
@@ -108,13 +113,13 @@ void SkewedLoadGenerator::AdvanceTo(uint64_t epoch) {
 void SkewedLoadGenerator::RefreshShares() {
   shares_.resize(scores_.size());
   std::vector<uint32_t> order(cfg_.experts);
-  const double total = std::accumulate(zipf_.begin(), zipf_.end(), 0.0);
   for (uint32_t l = 0; l < cfg_.layers; ++l) {
     const double* z = scores_.data() + size_t{l} * cfg_.experts;
+    const double* zipf = zipf_.data() + size_t{l} * cfg_.experts;
     std::iota(order.begin(), order.end(), 0u);
     std::stable_sort(order.begin(), order.end(), [z](uint32_t a, uint32_t b) { return z[a] > z[b]; });
     std::span<double> out(shares_.data() + size_t{l} * cfg_.experts, cfg_.experts);
-    for (uint32_t r = 0; r < cfg_.experts; ++r) out[order[r]] = zipf_[r] / total;
+    for (uint32_t r = 0; r < cfg_.experts; ++r) out[order[r]] = zipf[r];
     CapShares(out, 1.0 / cfg_.top_k);
   }
 }

@@ -100,12 +100,18 @@ struct LayerBudgetOptions {
 // The per-layer replica budget (after CRAFT): the total slot count of plain EPLB
 // (layers x num_physical) is kept, but each layer gets padded(experts) + k_l * num_ranks slots,
 // every rank still holding the same number of slots across layers. Increments of one slot per
-// rank go, greedily, to the layer whose slowest rank loses the most load per increment (EPLB
-// evaluated at each candidate size). The result is never worse than RebalanceExperts on
-// `loads` (sum over layers of the slowest rank's load): when the greedy ends worse, the
-// uniform placement is returned.
+// rank go, greedily, to the layer whose slowest rank loses the most load per increment.
+// The gain is measured one of two ways:
+//   previous == nullptr  EPLB planned from `loads` and scored on `loads` (in-window);
+//   previous != nullptr  EPLB planned from `previous` (the window of the last re-arrangement)
+//                        and scored on `loads` (this window): what each k buys a layer after
+//                        one interval of drift, i.e. what the next interval will see. The
+//                        final placement is still planned from `loads`.
+// Never worse than uniform EPLB under that objective: when the greedy ends worse (the gain
+// curve is not concave), the uniform placement is returned.
 Result<Placement> RebalanceWithLayerBudget(const ExpertLoads& loads, const PlacementConfig& cfg,
-                                           const LayerBudgetOptions& opts = {});
+                                           const LayerBudgetOptions& opts = {},
+                                           const ExpertLoads* previous = nullptr);
 
 // Dispatches on the policy (default options).
 Result<Placement> PlanPlacement(const ExpertLoads& loads, const PlacementConfig& cfg, PlacementPolicy policy);

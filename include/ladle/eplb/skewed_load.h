@@ -3,7 +3,7 @@
 // bias; the bench and tests sample per-step counts from it.
 //
 // Model (docs/eplb.md): each layer's experts carry latent scores z_e, and the r-th highest
-// score gets a Zipf share proportional to 1 / (r + 1)^s. The scores drift as an AR(1) process
+// score gets a Zipf share proportional to 1 / (r + 1)^s (s varies by layer, zipf_s_spread). The scores drift as an AR(1) process
 // sampled every `drift_every_steps` (z <- rho z + sqrt(1 - rho^2) eps, rho set by
 // `half_life_steps`: the scores' correlation halves every half_life_steps), so the hot set
 // shifts gradually and any expert can heat up. Per step, each share gets an optional
@@ -30,6 +30,9 @@ struct SkewConfig {
   uint32_t experts = 256;           // routed experts per layer
   uint32_t top_k = 8;               // experts per token
   double zipf_s = 0.5;              // the default skew: the hottest of 256 experts takes 8.4x the mean
+  // Layers are not equally skewed in real models (CRAFT's premise); layer l's exponent is
+  // zipf_s x (1 + spread x u_l), u_l uniform in [-1, 1] from the seed. 0: every layer alike.
+  double zipf_s_spread = 0.5;
   uint64_t half_life_steps = 10000; // latent-score correlation halves every this many steps
   uint64_t drift_every_steps = 100; // scores move in epochs of this many steps
   double step_jitter = 0.0;         // sigma of the per-step log-normal factor on each share
@@ -62,7 +65,7 @@ class SkewedLoadGenerator {
 
   SkewConfig cfg_;
   double rho_ = 1.0;
-  std::vector<double> zipf_;    // [rank] Zipf weight of the r-th hottest expert
+  std::vector<double> zipf_;    // [layer][rank] Zipf share of the r-th hottest expert (sums to 1)
   std::vector<double> scores_;  // [layer][expert] latent scores at epoch_
   std::vector<double> shares_;  // [layer][expert] their Zipf shares, capped
   uint64_t epoch_ = 0;

@@ -135,8 +135,23 @@ TEST(EplbLayerBudget, MovesSlotsFromFlatToSkewedLayers) {
   EXPECT_FALSE(ParsePlacementPolicy("lplb").ok());
 }
 
+TEST(EplbLayerBudget, PreviousWindowMode) {
+  // Gains measured across one interval of drift: plan from the previous window, score on this one.
+  auto gen = SkewedLoadGenerator::Create({.layers = 6, .experts = 64, .half_life_steps = 2000, .seed = 8});
+  const ExpertLoads previous = gen->Sample(1000, 20000), now = gen->Sample(2000, 20000);
+  const PlacementConfig cfg = Ep8(64, 2);
+  auto budget = RebalanceWithLayerBudget(now, cfg, {}, &previous);
+  ASSERT_TRUE(budget.ok()) << budget.status().ToString();
+  ASSERT_TRUE(ValidatePlacement(*budget, 64).ok());
+  size_t slots = 0;
+  for (const auto& layer : budget->layers) slots += layer.phy2log.size();
+  EXPECT_EQ(slots, size_t{6} * cfg.num_physical);
+  ExpertLoads wrong(5, 64);
+  EXPECT_EQ(RebalanceWithLayerBudget(now, cfg, {}, &wrong).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EplbSkew, SharesAreZipfAndCapped) {
-  auto gen = SkewedLoadGenerator::Create({.layers = 2, .experts = 256, .top_k = 8, .zipf_s = 0.5, .seed = 9});
+  auto gen = SkewedLoadGenerator::Create({.layers = 2, .experts = 256, .top_k = 8, .zipf_s = 0.5, .zipf_s_spread = 0, .seed = 9});
   ASSERT_TRUE(gen.ok());
   auto shares = gen->Shares(0, 0);
   EXPECT_NEAR(std::accumulate(shares.begin(), shares.end(), 0.0), 1.0, 1e-12);
@@ -150,6 +165,18 @@ TEST(EplbSkew, SharesAreZipfAndCapped) {
   auto capped = steep->Shares(0, 0);
   EXPECT_NEAR(*std::max_element(capped.begin(), capped.end()), 0.25, 1e-12);
   EXPECT_NEAR(std::accumulate(capped.begin(), capped.end(), 0.0), 1.0, 1e-12);
+  // With the default spread, layers differ in skew too: the hottest share differs by layer
+  // (each layer's exponent is in [0.25, 0.75]).
+  auto spread = SkewedLoadGenerator::Create({.layers = 8, .experts = 256, .top_k = 8, .seed = 9});
+  std::vector<double> tops;  // the hottest expert's share over the mean, per layer
+  for (uint32_t l = 0; l < 8; ++l) {
+    auto sh = spread->Shares(0, l);
+    tops.push_back(*std::max_element(sh.begin(), sh.end()) * 256);
+  }
+  const auto [lo, hi] = std::minmax_element(tops.begin(), tops.end());
+  EXPECT_GT(*lo, 2.5);   // s = 0.25 gives 3.0
+  EXPECT_LT(*hi, 22.0);  // s = 0.75 gives 20.3
+  EXPECT_GT(*hi, 1.5 * *lo);
   auto bias = gen->RouterBias(0, 0);
   EXPECT_NEAR(std::accumulate(bias.begin(), bias.end(), 0.0), 0.0, 1e-3);
   EXPECT_GT(bias[std::max_element(shares.begin(), shares.end()) - shares.begin()], 0.0f);
