@@ -346,7 +346,7 @@ int EcRun(const Opts& o, const std::string& base, size_t n, std::mt19937_64& rng
                ct.errors, down ? "  [" + how + "]" : "");
     if (down == 2 && get2_out) *get2_out = rt;
     if (down == 3 && ct.wrong == 0 && ct.errors == 0) {
-      fmt::print("{:<5} {:<6} {:>5} | 3 down: {} blocks of the lost domains are clean misses, the {} others exact\n",
+      fmt::print("{:<5} {:<6} {:>5} | 3 down: {} clean misses, {} exact (a block whose own chunk survives may still read)\n",
                  label, "", "", ct.misses, ct.hits);
     }
   }

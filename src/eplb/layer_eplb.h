@@ -10,8 +10,8 @@
 namespace ladle::eplb::internal {
 
 // Checks the shape: experts % groups, ranks % nodes, num_physical % ranks, num_physical >=
-// experts, everything > 0. `hierarchical` tells whether groups % nodes == 0 (else the caller
-// runs the global policy, groups = nodes = 1).
+// experts, everything > 0. (groups % nodes != 0 is not an error: RebalanceLayer then runs the
+// global policy.)
 Status CheckShape(uint32_t experts, const PlacementConfig& cfg);
 
 // EPLB for one layer. Precondition: CheckShape passed for this num_physical.
