@@ -55,6 +55,19 @@ struct ServeOpts {
   int kv_blocks = 512;
   int max_running = 64;
   std::string kv_store;  // persistent block store URI; empty: none
+  // Expert parallelism (docs/eplb.md); -1: the phase's default (prefill: 4 redundant per rank,
+  // window 100, every 1,000 steps; decode: 1, 1,000, 10,000).
+  int ep = 0;
+  std::string eplb_phase = "prefill";
+  int redundant_experts = -1;
+  int64_t eplb_window = -1;
+  int64_t eplb_interval = -1;
+  std::string replica_policy = "round-robin";
+  std::string eplb_policy = "eplb";
+  int ep_nodes = 1;
+  int expert_groups = 1;
+  double router_skew = 0;
+  int64_t router_skew_half_life = 10000;
   std::string chunk_policy = "time";
   std::string cost_model;
   bool no_async = false;
@@ -148,6 +161,29 @@ int RunServe(const ServeOpts& opts) {
   if (!model.ok()) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(model.status().ToString()));
     return 1;
+  }
+  if (opts.ep > 0) {
+    const bool decode = opts.eplb_phase == "decode";
+    engine::ExpertParallelConfig ep;
+    ep.ranks = opts.ep;
+    ep.redundant_per_rank = opts.redundant_experts >= 0 ? opts.redundant_experts : (decode ? 1 : 4);
+    ep.window_steps = static_cast<uint64_t>(opts.eplb_window > 0 ? opts.eplb_window : (decode ? 1000 : 100));
+    ep.interval_steps = static_cast<uint64_t>(opts.eplb_interval >= 0 ? opts.eplb_interval : (decode ? 10000 : 1000));
+    ep.replica_policy = opts.replica_policy;
+    ep.placement_policy = opts.eplb_policy;
+    ep.num_nodes = opts.ep_nodes;
+    ep.num_groups = opts.expert_groups;
+    ep.router_skew = opts.router_skew;
+    ep.router_skew_half_life = static_cast<uint64_t>(std::max<int64_t>(1, opts.router_skew_half_life));
+    Status s = (*model)->ConfigureExpertParallel(ep);
+    if (!s.ok()) {
+      LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(s.ToString()));
+      return 1;
+    }
+    LADLE_LOG_INFO("serve.expert_parallel ranks={} redundant_per_rank={} window={} interval={} replica_policy={} "
+                   "placement={} router_skew={}",
+                   ep.ranks, ep.redundant_per_rank, ep.window_steps, ep.interval_steps, ep.replica_policy,
+                   ep.placement_policy, ep.router_skew);
   }
   engine::EngineConfig ec;
   ec.num_blocks = opts.kv_blocks;
@@ -289,6 +325,31 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_option("--kv-store", opts->kv_store,
                   "persistent KV block store (fs:DIR or ec:K+M:DIR0,...): every full block of a prompt or answer is written "
                   "to it (see `ladle kv`)");
+  cmd->add_option("--ep", opts->ep, "expert parallelism: EP ranks for the routed experts (0: off; docs/eplb.md)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eplb-phase", opts->eplb_phase,
+                  "defaults for the options below: prefill (4 redundant, window 100, every 1000 steps) or decode "
+                  "(1, 1000, 10000)")
+      ->capture_default_str()->check(CLI::IsMember({"prefill", "decode"}));
+  cmd->add_option("--redundant-experts", opts->redundant_experts, "replica slots per EP rank (-1: the phase's default)")
+      ->capture_default_str();
+  cmd->add_option("--eplb-window", opts->eplb_window, "per-expert load window in steps (-1: the phase's default)")
+      ->capture_default_str();
+  cmd->add_option("--eplb-interval", opts->eplb_interval,
+                  "re-arrange experts every this many steps (0: never; -1: the phase's default)")
+      ->capture_default_str();
+  cmd->add_option("--replica-policy", opts->replica_policy, "which replica a token goes to")
+      ->capture_default_str()->check(CLI::IsMember({"round-robin", "least-loaded"}));
+  cmd->add_option("--eplb-policy", opts->eplb_policy, "placement: eplb (DeepSeek) or layer-budget")
+      ->capture_default_str()->check(CLI::IsMember({"eplb", "layer-budget"}));
+  cmd->add_option("--ep-nodes", opts->ep_nodes, "nodes of the EP ranks (hierarchical EPLB)")->capture_default_str();
+  cmd->add_option("--expert-groups", opts->expert_groups, "expert groups (hierarchical EPLB)")->capture_default_str();
+  cmd->add_option("--router-skew", opts->router_skew,
+                  "built-in model: Zipf exponent of a drifting router bias so the balancer has work (0: off; changes "
+                  "outputs)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--router-skew-half-life", opts->router_skew_half_life, "steps over which the skew's hot set halves its correlation")
+      ->capture_default_str();
   cmd->add_option("--chunk-policy", opts->chunk_policy, "chunked prefill: time or fixed")->capture_default_str();
   cmd->add_option("--cost-model", opts->cost_model, "cost model file (loaded if present, else profiled and saved)");
   cmd->add_flag("--no-async", opts->no_async, "turn off asynchronous scheduling");

@@ -113,6 +113,7 @@ Stats EngineImpl::GetStats() const {
   s.kv_store_writes_agent = store_counters_->agent.load();
   s.kv_store_writes_chatbot = store_counters_->chatbot.load();
   s.device_idle_fraction = device_ ? device_->idle_fraction() : 0.0;
+  s.expert_parallel = model_->GetExpertParallelStats(&s.ep);
   return s;
 }
 

@@ -15,7 +15,7 @@ class RoundRobin final : public ReplicaPolicy {
     layer_ = &layer;
     next_.assign(layer.log2phy.size(), 0);
   }
-  int32_t Choose(uint32_t expert) override {
+  int32_t ChooseUnit(uint32_t expert, uint32_t /*tokens*/) override {
     const auto& slots = layer_->log2phy[expert];
     return slots[next_[expert]++ % slots.size()];
   }
@@ -33,7 +33,7 @@ class LeastLoaded final : public ReplicaPolicy {
     per_rank_ = layer.slots_per_rank(num_ranks);
     rank_tokens_.assign(num_ranks, 0);
   }
-  int32_t Choose(uint32_t expert) override {
+  int32_t ChooseUnit(uint32_t expert, uint32_t tokens) override {
     const auto& slots = layer_->log2phy[expert];
     int32_t best = slots[0];
     for (size_t i = 1; i < slots.size(); ++i) {
@@ -41,7 +41,7 @@ class LeastLoaded final : public ReplicaPolicy {
       const uint64_t load = rank_tokens_[s / per_rank_], best_load = rank_tokens_[best / per_rank_];
       if (load < best_load || (load == best_load && s < best)) best = s;
     }
-    ++rank_tokens_[best / per_rank_];
+    rank_tokens_[best / per_rank_] += tokens;
     return best;
   }
 

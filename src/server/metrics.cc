@@ -116,6 +116,23 @@ std::string Metrics::Render(const engine::Stats& stats) {
   // The Prometheus client libraries' name, so dashboards and the load test find it.
   gauge("process_resident_memory_bytes", "gauge", "Resident memory of the server process.", ResidentBytes());
   gauge("ladle_device_idle_fraction", "gauge", "Fraction of time the device thread was idle.", stats.device_idle_fraction);
+  if (stats.expert_parallel) {
+    const auto& ep = stats.ep;
+    gauge("ladle_ep_ranks", "gauge", "Expert-parallel ranks of the MoE layers.", ep.ranks);
+    out += "# HELP ladle_moe_lb Slowest EP rank's routed tokens over the mean rank's, last steps (agg: worst layer, mean "
+           "over layers, mean without EPLB on the same tokens).\n# TYPE ladle_moe_lb gauge\n";
+    fmt::format_to(it, "ladle_moe_lb{{agg=\"max\"}} {}\nladle_moe_lb{{agg=\"mean\"}} {}\nladle_moe_lb{{agg=\"static\"}} {}\n",
+                   ep.moe_lb_max, ep.moe_lb_mean, ep.moe_lb_static);
+    gauge("ladle_moe_lb_wall", "gauge", "Slowest EP rank's expert time over the mean rank's, last steps.", ep.moe_lb_wall);
+    gauge("ladle_moe_lb_steps", "gauge", "Steps the moe_lb figures cover.", ep.recent_steps);
+    gauge("ladle_eplb_rearrangements_total", "counter", "Expert placements switched in.", ep.rearrangements);
+    gauge("ladle_eplb_bytes_moved_total", "counter", "Expert weight bytes copied between EP ranks by re-arrangements.",
+          ep.bytes_moved);
+    gauge("ladle_eplb_bytes_copied_local_total", "counter", "Expert weight bytes copied within an EP rank.",
+          ep.bytes_copied_local);
+    gauge("ladle_eplb_last_rearrange_seconds", "gauge", "Plan and copy time of the last re-arrangement.",
+          ep.last_rearrange_ms / 1000.0);
+  }
   return out;
 }
 

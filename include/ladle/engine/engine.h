@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ladle/core/result.h"
+#include "ladle/engine/model.h"
 #include "ladle/engine/token.h"
 
 namespace ladle::engine {
@@ -84,6 +85,9 @@ struct Stats {
   uint64_t kv_store_writes = 0, kv_store_write_drops = 0, kv_store_write_errors = 0;
   uint64_t kv_store_writes_agent = 0, kv_store_writes_chatbot = 0;
   double device_idle_fraction = 0.0;
+  // The model's EP ranks (Model::ConfigureExpertParallel), when it has them.
+  bool expert_parallel = false;
+  ExpertParallelStats ep;
 };
 
 struct SubmitRequest {

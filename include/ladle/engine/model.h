@@ -39,6 +39,51 @@ struct ModelConfig {
 // model part of a block's chain key when nothing better (a weights hash) is given.
 std::string ModelFingerprint(const ModelConfig& c);
 
+// Expert parallelism of the MoE layers (docs/eplb.md, the recipe's Expert-Parallel Load
+// Balancer): the routed experts of every MoE layer live in physical slots spread over `ranks`
+// EP ranks, each a worker thread with its own weight buffers, plus `redundant_per_rank` replica
+// slots per rank (the total padded to a multiple of ranks). Tokens are dispatched to the rank
+// holding their expert's chosen replica and combined back. Per-expert routed tokens are counted
+// over the last `window_steps` forward steps, and every `interval_steps` a new placement is
+// planned and the changed slots' weights are copied into fresh buffers off the forward path,
+// switched in at a step boundary. A replica is an exact copy and a sequence's rows for one
+// expert go to one replica together, so outputs are bit-identical with and without EP and
+// under any placement.
+struct ExpertParallelConfig {
+  int ranks = 0;               // 0: off (experts run in the sequence's own thread)
+  int redundant_per_rank = 0;  // replica slots per rank beyond the resident experts
+  std::string replica_policy = "round-robin";  // or "least-loaded"
+  std::string placement_policy = "eplb";       // or "layer-budget"
+  int num_nodes = 1;           // hierarchical EPLB: nodes (divides ranks) and expert groups
+  int num_groups = 1;
+  uint64_t window_steps = 100;     // per-expert load window (steps = Forward calls)
+  uint64_t interval_steps = 1000;  // re-arrange every this many steps; 0: never
+  // The built-in router bias (off by default; outputs then depend on the step, so exactness
+  // tests keep it off): a Zipf skew over each layer's experts with this exponent, drifting with
+  // the given half-life in steps, so the balancer has work. 0: no bias.
+  double router_skew = 0.0;
+  uint64_t router_skew_half_life = 10000;
+  uint64_t router_skew_seed = 1;
+};
+
+// What the EP ranks did (ExpertParallelConfig). moe_lb = slowest rank / mean rank, over the
+// tokens of the last `recent_steps` steps.
+struct ExpertParallelStats {
+  int ranks = 0;
+  int slots_per_rank = 0;          // per layer
+  uint64_t steps = 0;              // forward steps seen
+  uint64_t rearrangements = 0;     // placements switched in
+  uint64_t bytes_moved = 0;        // weights copied into a slot from another rank (all-time)
+  uint64_t bytes_copied_local = 0; // copied from a slot of the same rank
+  double last_rearrange_ms = 0;    // plan + copy of the last switched-in placement
+  uint64_t last_rearrange_step = 0;
+  uint64_t recent_steps = 0;
+  double moe_lb_max = 1.0, moe_lb_mean = 1.0;  // tokens: worst layer, mean over layers
+  double moe_lb_static = 1.0;      // mean over layers the same tokens would give without EPLB
+  double moe_lb_wall = 1.0;        // slowest rank's expert time / mean rank's, summed over layers
+  std::vector<double> moe_lb_per_layer;
+};
+
 // Where the KV lives. `num_blocks` global-KV blocks of `block_size` tokens; `num_slots`
 // per-sequence SWA rings (one per running sequence, every SWA layer).
 class KvStorage {
@@ -96,6 +141,14 @@ class Model {
   // want_logits, in order. Batch-invariant: a sequence's logits are bit-identical alone or
   // in any batch.
   virtual Status Forward(std::span<const SeqStep> batch, KvStorage& kv, std::vector<float>* logits) = 0;
+
+  // Turns expert parallelism on (before the first Forward; not thread-safe with Forward).
+  // kInvalidArgument for a bad shape or policy name; kUnsupported where a model has no EP.
+  virtual Status ConfigureExpertParallel(const ExpertParallelConfig& ep) {
+    return Status(StatusCode::kUnsupported, "this model has no expert parallelism");
+  }
+  // False when EP is off. Thread-safe with Forward.
+  virtual bool GetExpertParallelStats(ExpertParallelStats* out) const { return false; }
 };
 
 }  // namespace ladle::engine

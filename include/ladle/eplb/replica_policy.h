@@ -1,7 +1,7 @@
 // Which replica of a logical expert a routed token goes to. A replica is an exact copy, so the
 // choice changes only which rank does the work, never the output. Two policies, chosen at run
 // time by name:
-//   round-robin   the t-th token routed to an expert in a step takes replica t mod replicas:
+//   round-robin   the t-th token (unit) routed to an expert in a step takes replica t mod replicas:
 //                 stateless across steps, an even split within +-1 token.
 //   least-loaded  the replica whose rank has received the fewest tokens so far in this layer
 //                 and step (lowest slot on ties): adapts to the batch at hand, at the cost of
@@ -10,6 +10,7 @@
 //   auto policy = MakeReplicaPolicy("least-loaded");
 //   policy->BeginLayer(placement.layers[l], placement.num_ranks);  // per layer, per step
 //   int32_t slot = policy->Choose(expert);                         // per routed token
+//   int32_t slot = policy->ChooseUnit(expert, tokens);             // per unit that stays whole
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,12 @@ class ReplicaPolicy {
   // BeginLayer); resets per-step state.
   virtual void BeginLayer(const LayerPlacement& layer, uint32_t num_ranks) = 0;
   // The physical slot for the next token routed to logical expert `expert`.
-  virtual int32_t Choose(uint32_t expert) = 0;
+  int32_t Choose(uint32_t expert) { return ChooseUnit(expert, 1); }
+  // The same for a dispatch unit of `tokens` tokens that must stay together (the engine sends
+  // one sequence's rows for an expert as one unit: splitting them would change the expert
+  // GEMM's row batch, and with it the bits). Round-robin counts units; least-loaded counts
+  // the unit's tokens against the chosen rank.
+  virtual int32_t ChooseUnit(uint32_t expert, uint32_t tokens) = 0;
 };
 
 // "round-robin" or "least-loaded"; kInvalidArgument otherwise.

@@ -128,4 +128,15 @@ void SwiGlu(float* gate, const float* up, size_t n) {
   }
 }
 
+void SwiGluFfn(const float* gate, const float* up, const float* down, int hidden, int ffn, const float* x, int n,
+               float* out, Floats& g, Floats& u) {
+  const size_t need = static_cast<size_t>(n) * ffn;
+  if (g.size() < need) g.resize(need);
+  if (u.size() < need) u.resize(need);
+  Linear(x, n, hidden, gate, ffn, g.data());
+  Linear(x, n, hidden, up, ffn, u.data());
+  SwiGlu(g.data(), u.data(), need);
+  Linear(g.data(), n, ffn, down, hidden, out);
+}
+
 }  // namespace ladle::engine::model

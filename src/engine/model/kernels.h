@@ -62,4 +62,10 @@ float Dot(const float* a, const float* b, int n);
 // In place: SiLU(gate) * up, element-wise.
 void SwiGlu(float* gate, const float* up, size_t n);
 
+// One SwiGLU FFN (an expert, or the shared expert): out[n×H] = down · (SiLU(x·gateᵀ) ∘ x·upᵀ),
+// gate and up [F×H], down [H×F]; g and u are grown to n×F scratch. The sequence's own thread
+// and an EP rank call this same routine, so an expert's rows come out the same wherever it ran.
+void SwiGluFfn(const float* gate, const float* up, const float* down, int hidden, int ffn, const float* x, int n,
+               float* out, Floats& g, Floats& u);
+
 }  // namespace ladle::engine::model

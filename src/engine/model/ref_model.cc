@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "expert_parallel.h"
 #include "kernels.h"
 #include "ladle/core/thread_pool.h"
 
@@ -138,16 +139,10 @@ void RefModel::GlobalAttention(const GlobalAttnWeights& w, float* x, int n, int6
 }
 
 void RefModel::Ffn(const FfnWeights& w, const float* in, int n, float* out, Scratch& s) const {
-  const int H = config_.hidden, F = config_.expert_hidden;
-  float* g = Grow(s.g, static_cast<size_t>(n) * F);
-  float* u = Grow(s.u, static_cast<size_t>(n) * F);
-  Linear(in, n, H, w.gate, F, g);
-  Linear(in, n, H, w.up, F, u);
-  SwiGlu(g, u, static_cast<size_t>(n) * F);
-  Linear(g, n, F, w.down, H, out);
+  SwiGluFfn(w.gate, w.up, w.down, config_.hidden, config_.expert_hidden, in, n, out, s.g, s.u);
 }
 
-void RefModel::Moe(const MoeWeights& w, float* x, int n, Scratch& s) const {
+void RefModel::Moe(const MoeWeights& w, int layer, float* x, int n, Scratch& s) const {
   const int H = config_.hidden, E = config_.experts, K = config_.experts_top_k;
   float* h = Grow(s.h, static_cast<size_t>(n) * H);
   float* router = Grow(s.router, static_cast<size_t>(n) * E);
@@ -155,6 +150,9 @@ void RefModel::Moe(const MoeWeights& w, float* x, int n, Scratch& s) const {
   float* expert_out = Grow(s.expert_out, static_cast<size_t>(n) * K * H);
   RmsNorm(x, n, H, w.norm, config_.rms_eps, h);
   Linear(h, n, H, w.router, E, router);
+  // The EP router bias (off unless configured) chooses experts; gates use the raw logits.
+  const std::span<const float> bias = ep_ ? ep_->RouterBias(layer) : std::span<const float>();
+  std::vector<float> biased;
   // Top-k per token (ties to the lower expert id), softmax over the chosen logits.
   std::vector<int> chosen(static_cast<size_t>(n) * K);
   std::vector<float> gate(static_cast<size_t>(n) * K);
@@ -162,9 +160,15 @@ void RefModel::Moe(const MoeWeights& w, float* x, int n, Scratch& s) const {
   std::vector<int> order(static_cast<size_t>(E));
   for (int t = 0; t < n; ++t) {
     const float* r = router + static_cast<size_t>(t) * E;
+    const float* pick = r;
+    if (!bias.empty()) {
+      biased.resize(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) biased[static_cast<size_t>(e)] = r[e] + bias[static_cast<size_t>(e)];
+      pick = biased.data();
+    }
     for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](int a, int b) { return r[a] > r[b] || (r[a] == r[b] && a < b); });
+                      [&](int a, int b) { return pick[a] > pick[b] || (pick[a] == pick[b] && a < b); });
     float m = r[order[0]], sum = 0.0f;
     for (int j = 0; j < K; ++j) {
       float e = std::exp(r[order[static_cast<size_t>(j)]] - m);
@@ -179,20 +183,24 @@ void RefModel::Moe(const MoeWeights& w, float* x, int n, Scratch& s) const {
     }
   }
   Ffn(w.shared, h, n, shared, s);
-  for (int e = 0; e < E; ++e) {
-    const std::vector<int>& rows = rows_of[static_cast<size_t>(e)];
-    if (rows.empty()) continue;  // its weights are never read: the sparse part of MoE
-    const int m = static_cast<int>(rows.size());
-    float* in = Grow(s.gathered, static_cast<size_t>(m) * H);
-    float* out = Grow(s.d, static_cast<size_t>(m) * H);
-    for (int i = 0; i < m; ++i) {
-      std::memcpy(in + static_cast<size_t>(i) * H, h + static_cast<size_t>(rows[static_cast<size_t>(i)] / K) * H,
-                  sizeof(float) * H);
-    }
-    Ffn(w.experts[static_cast<size_t>(e)], in, m, out, s);
-    for (int i = 0; i < m; ++i) {
-      std::memcpy(expert_out + static_cast<size_t>(rows[static_cast<size_t>(i)]) * H, out + static_cast<size_t>(i) * H,
-                  sizeof(float) * H);
+  if (ep_) {  // dispatched to the EP ranks, combined back below
+    ep_->RunExperts(layer, h, K, rows_of, expert_out);
+  } else {
+    for (int e = 0; e < E; ++e) {
+      const std::vector<int>& rows = rows_of[static_cast<size_t>(e)];
+      if (rows.empty()) continue;  // its weights are never read: the sparse part of MoE
+      const int m = static_cast<int>(rows.size());
+      float* in = Grow(s.gathered, static_cast<size_t>(m) * H);
+      float* out = Grow(s.d, static_cast<size_t>(m) * H);
+      for (int i = 0; i < m; ++i) {
+        std::memcpy(in + static_cast<size_t>(i) * H, h + static_cast<size_t>(rows[static_cast<size_t>(i)] / K) * H,
+                    sizeof(float) * H);
+      }
+      Ffn(w.experts[static_cast<size_t>(e)], in, m, out, s);
+      for (int i = 0; i < m; ++i) {
+        std::memcpy(expert_out + static_cast<size_t>(rows[static_cast<size_t>(i)]) * H, out + static_cast<size_t>(i) * H,
+                    sizeof(float) * H);
+      }
     }
   }
   // Combined per token in rank order, whatever order the experts ran in.
@@ -261,7 +269,7 @@ void RefModel::RunSequence(const SeqStep& step, ModelKvStorage& kv, float* out) 
   for (int l = 0; l < config_.encoder_layers; ++l) {
     const LayerWeights& lw = W.encoder[static_cast<size_t>(l)];
     SwaAttention(lw.swa, l, x.data(), n, pos0, enc_lo, kv, slot, s);
-    Moe(lw.moe, x.data(), n, s);
+    Moe(lw.moe, l, x.data(), n, s);
   }
   float* hidden_ring = kv.HiddenRing(slot);
   for (int i = 0; i < n; ++i) {
@@ -314,7 +322,7 @@ void RefModel::RunSequence(const SeqStep& step, ModelKvStorage& kv, float* out) 
     const LayerWeights& lw = W.decoder[static_cast<size_t>(l)];
     SwaAttention(lw.swa, config_.encoder_layers + l, y.data(), m, d0, dec_lo, kv, slot, s);
     GlobalAttention(lw.global, y.data(), m, d0, step, kv, s);
-    Moe(lw.moe, y.data(), m, s);
+    Moe(lw.moe, config_.encoder_layers + l, y.data(), m, s);
   }
   st.decoder = {dec_lo, end};
 
@@ -389,13 +397,35 @@ Status RefModel::Forward(std::span<const SeqStep> batch, KvStorage& kv_base, std
   }
 
   Floats hidden(rows * static_cast<size_t>(row_stride_));
+  if (ep_) ep_->BeginStep();
   SharedPool().ParallelFor(batch.size(), [&](size_t i) {
     RunSequence(batch[i], *kv, hidden.data() + row_at[i] * static_cast<size_t>(row_stride_));
   });
+  if (ep_) LADLE_RETURN_IF_ERROR(ep_->EndStep());
   logits->assign(rows * static_cast<size_t>(config_.vocab_size), 0.0f);
   if (rows == 0) return Status::Ok();
   LmHead(hidden.data(), rows, logits->data());
   return Status::Ok();
+}
+
+RefModel::~RefModel() = default;
+
+Status RefModel::ConfigureExpertParallel(const ExpertParallelConfig& ep) {
+  if (ep.ranks == 0) {
+    ep_.reset();
+    return Status::Ok();
+  }
+  std::vector<const MoeWeights*> layers;
+  for (const LayerWeights& lw : weights_->encoder) layers.push_back(&lw.moe);
+  for (const LayerWeights& lw : weights_->decoder) layers.push_back(&lw.moe);
+  LADLE_ASSIGN_OR_RETURN(ep_, ExpertParallel::Create(config_, std::move(layers), ep));
+  return Status::Ok();
+}
+
+bool RefModel::GetExpertParallelStats(ExpertParallelStats* out) const {
+  if (!ep_) return false;
+  ep_->GetStats(out);
+  return true;
 }
 
 }  // namespace model

@@ -18,15 +18,22 @@
 
 namespace ladle::engine::model {
 
+class ExpertParallel;
+
 class RefModel final : public Model {
  public:
   RefModel(const ModelConfig& c, std::unique_ptr<ModelWeights> w);
+  ~RefModel() override;
 
   const ModelConfig& config() const override { return config_; }
   std::unique_ptr<KvStorage> NewKvStorage(int num_blocks, int num_slots) const override;
   Status Forward(std::span<const SeqStep> batch, KvStorage& kv, std::vector<float>* logits) override;
+  Status ConfigureExpertParallel(const ExpertParallelConfig& ep) override;
+  bool GetExpertParallelStats(ExpertParallelStats* out) const override;
 
   const ModelWeights& weights() const { return *weights_; }
+  // The EP ranks (nullptr when EP is off; tests).
+  ExpertParallel* expert_parallel() const { return ep_.get(); }
 
  private:
   struct Scratch;
@@ -38,7 +45,8 @@ class RefModel final : public Model {
                     ModelKvStorage& kv, int slot, Scratch& s) const;
   void GlobalAttention(const GlobalAttnWeights& w, float* x, int n, int64_t pos0, const SeqStep& step,
                        ModelKvStorage& kv, Scratch& s) const;
-  void Moe(const MoeWeights& w, float* x, int n, Scratch& s) const;
+  // `layer`: the MoE layer's index in forward order (encoder layers, then decoder layers).
+  void Moe(const MoeWeights& w, int layer, float* x, int n, Scratch& s) const;
   void Ffn(const FfnWeights& w, const float* in, int n, float* out, Scratch& s) const;
   // `hidden`: `rows` final-normed rows, stride row_stride_.
   void LmHead(const float* hidden, size_t rows, float* logits) const;
@@ -47,6 +55,7 @@ class RefModel final : public Model {
   std::unique_ptr<ModelWeights> weights_;
   int kv_dim_;       // heads · head_dim
   int row_stride_;   // hidden rounded up to 16 floats: every row starts 64-byte aligned
+  std::unique_ptr<ExpertParallel> ep_;
 };
 
 }  // namespace ladle::engine::model

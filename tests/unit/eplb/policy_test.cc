@@ -53,6 +53,28 @@ TEST(EplbReplicaPolicy, LeastLoadedFillsTheLighterRank) {
   EXPECT_FALSE(MakeReplicaPolicy("random").ok());
 }
 
+TEST(EplbReplicaPolicy, UnitsStayWholeAndLeastLoadedCountsTheirTokens) {
+  const LayerPlacement layer = TwoRankLayer();
+  const uint32_t per = layer.slots_per_rank(2);
+  auto ll = MakeReplicaPolicy("least-loaded");
+  ASSERT_TRUE(ll.ok());
+  (*ll)->BeginLayer(layer, 2);
+  // A unit of 50 tokens of expert 0 lands on one rank; the next unit of expert 0 must go to a
+  // replica on the other rank, and a one-token unit after that again to the lighter one.
+  const int32_t a = (*ll)->ChooseUnit(0, 50);
+  const int32_t b = (*ll)->ChooseUnit(0, 10);
+  EXPECT_NE(a / per, b / per);
+  const int32_t c = (*ll)->ChooseUnit(0, 1);
+  EXPECT_EQ(c / per, b / per);
+  // Round-robin counts units, whatever their size.
+  auto rr = MakeReplicaPolicy("round-robin");
+  (*rr)->BeginLayer(layer, 2);
+  const auto& slots = layer.log2phy[0];
+  EXPECT_EQ((*rr)->ChooseUnit(0, 40), slots[0]);
+  EXPECT_EQ((*rr)->ChooseUnit(0, 2), slots[1]);
+  EXPECT_EQ((*rr)->Choose(0), slots[2]);
+}
+
 TEST(EplbReplicaPolicy, DispatchSendsEveryTokenToAReplica) {
   auto gen = SkewedLoadGenerator::Create({.layers = 2, .experts = 32, .top_k = 4, .seed = 5});
   ASSERT_TRUE(gen.ok());
