@@ -1,6 +1,7 @@
 // eplb_bench: moe_lb (slowest EP rank's tokens / mean) on a skewed, drifting per-expert load,
-// for the recipe's three configurations, each with no EPLB, DeepSeek EPLB and the per-layer
-// replica budget, next to the recipe's measured figures.
+// for the recipe's three configurations, each with no EPLB, DeepSeek EPLB, EPLB with the
+// per-batch min-max token split across replicas (LPLB-style) and the per-layer replica budget,
+// next to the recipe's measured figures.
 //   EP2  prefill  4 redundant per rank, 100-step window, re-arranged every 1,000 steps
 //   EP4  prefill  the same
 //   EP64 decode   1 redundant per rank, 1,000-step window, re-arranged every 10,000 steps
@@ -22,6 +23,7 @@
 #include "ladle/eplb/load_window.h"
 #include "ladle/eplb/placement.h"
 #include "ladle/eplb/skewed_load.h"
+#include "ladle/eplb/token_split.h"
 
 namespace ladle::eplb {
 namespace {
@@ -54,13 +56,31 @@ struct Score {
   Score Over(double n) const { return {mean / n, max / n}; }
 };
 
+// moe_lb of a step when each layer's tokens are split across the replicas by the per-batch
+// min-max split instead of evenly.
+MoeLbSummary MeasureWithSplit(const Placement& p, const ExpertLoads& loads) {
+  MoeLbSummary s;
+  s.max = 0;
+  double sum = 0;
+  std::vector<uint64_t> counts(loads.experts());
+  for (uint32_t l = 0; l < loads.layers(); ++l) {
+    for (uint32_t e = 0; e < loads.experts(); ++e) counts[e] = static_cast<uint64_t>(loads.At(l, e));
+    const double lb = MoeLb(SplitTokensMinMax(p.layers[l], p.num_ranks, counts).rank_tokens);
+    s.per_layer.push_back(lb);
+    s.max = std::max(s.max, lb);
+    sum += lb;
+  }
+  s.mean = sum / loads.layers();
+  return s;
+}
+
 double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 struct Row {
   Case c;
   uint32_t slots_per_rank;
-  Score none, eplb, budget, eplb_in_window;
-  double plan_ms_eplb = 0, plan_ms_budget = 0;
+  Score none, eplb, split, budget, eplb_in_window;
+  double plan_ms_eplb = 0, plan_ms_budget = 0, split_ms = 0;  // split: per scored step, all layers
 };
 
 Result<Row> RunCase(const Case& c, const Opts& o) {
@@ -74,8 +94,9 @@ Result<Row> RunCase(const Case& c, const Opts& o) {
   const PlacementConfig cfg{.num_physical = PhysicalExpertCount(o.experts, c.redundant, c.ranks),
                             .num_groups = o.groups, .num_nodes = 1, .num_ranks = c.ranks};
   const uint64_t tokens = uint64_t{c.tokens_per_rank} * c.ranks;
-  Row row{.c = c, .slots_per_rank = cfg.num_physical / c.ranks, .none = {}, .eplb = {}, .budget = {}, .eplb_in_window = {}};
-  Score none, eplb, budget, in_window;
+  Row row{.c = c, .slots_per_rank = cfg.num_physical / c.ranks, .none = {}, .eplb = {}, .split = {}, .budget = {},
+          .eplb_in_window = {}};
+  Score none, eplb, split, budget, in_window;
   int scored = 0;
   std::vector<uint64_t> counts(o.experts);
   // The window a re-arrangement at step t plans from: every step of (t - N, t] fed through
@@ -110,6 +131,9 @@ Result<Row> RunCase(const Case& c, const Opts& o) {
       const ExpertLoads loads = gen.Sample(step, tokens);
       none.Add(MeasureMoeLbWithoutEplb(loads, c.ranks));
       eplb.Add(MeasureMoeLb(plain, loads));
+      const auto s0 = std::chrono::steady_clock::now();
+      split.Add(MeasureWithSplit(plain, loads));
+      row.split_ms += Ms(std::chrono::steady_clock::now() - s0);
       budget.Add(MeasureMoeLb(layered, loads));
       ++scored;
     }
@@ -117,6 +141,8 @@ Result<Row> RunCase(const Case& c, const Opts& o) {
   }
   row.none = none.Over(scored);
   row.eplb = eplb.Over(scored);
+  row.split = split.Over(scored);
+  row.split_ms /= scored;
   row.budget = budget.Over(scored);
   row.eplb_in_window = in_window.Over(rearrangements);
   return row;
@@ -124,7 +150,7 @@ Result<Row> RunCase(const Case& c, const Opts& o) {
 
 int Main(int argc, char** argv) {
   Opts o;
-  CLI::App app{"moe_lb: no EPLB vs EPLB vs the per-layer replica budget, on a skewed drifting load"};
+  CLI::App app{"moe_lb: no EPLB vs EPLB vs EPLB + per-batch split vs the per-layer replica budget, on a skewed drifting load"};
   app.add_flag("--quick", o.quick, "one re-arrangement, 10 scored steps (CI)");
   app.add_option("--only", o.only, "comma-separated: ep2, ep4, ep64")->capture_default_str();
   app.add_option("--layers", o.layers, "MoE layers")->capture_default_str();
@@ -151,8 +177,9 @@ int Main(int argc, char** argv) {
   fmt::print("eplb_bench: {} layers x {} experts, top-{}, Zipf s={} (spread {}), hot-set half-life {} intervals, seed {}\n",
              o.layers, o.experts, o.top_k, o.zipf_s, o.zipf_spread, o.half_life_intervals, o.seed);
   fmt::print("moe_lb on the next interval's steps: mean over layers (worst layer)\n\n");
-  fmt::print("{:<5} {:<7} {:>5} {:>12} {:>7} {:>17} {:>17} {:>17} {:>8} {:>10} {:>11}\n", "conf", "phase", "slots",
-             "window/every", "tokens", "no EPLB", "EPLB", "layer-budget", "target", "EPLB@win", "plan ms");
+  fmt::print("{:<5} {:<7} {:>5} {:>12} {:>7} {:>17} {:>17} {:>17} {:>17} {:>8} {:>10} {:>11} {:>8}\n", "conf", "phase",
+             "slots", "window/every", "tokens", "no EPLB", "EPLB", "EPLB+split", "layer-budget", "target", "EPLB@win",
+             "plan ms", "split ms");
   const auto start = std::chrono::steady_clock::now();
   for (const Case& c : cases) {
     std::string key = c.name;
@@ -164,15 +191,17 @@ int Main(int argc, char** argv) {
       return 1;
     }
     auto cell = [](const Score& s) { return fmt::format("{:.4f} ({:.4f})", s.mean, s.max); };
-    fmt::print("{:<5} {:<7} {:>5} {:>12} {:>7} {:>17} {:>17} {:>17} {:>8.4f} {:>10.4f} {:>5.1f}/{:<5.1f}\n", c.name,
-               c.phase, row->slots_per_rank,
+    fmt::print("{:<5} {:<7} {:>5} {:>12} {:>7} {:>17} {:>17} {:>17} {:>17} {:>8.4f} {:>10.4f} {:>5.1f}/{:<5.1f} {:>8.2f}\n",
+               c.name, c.phase, row->slots_per_rank,
                fmt::format("{}/{}", c.schedule.window_steps, c.schedule.interval_steps),
-               uint64_t{c.tokens_per_rank} * c.ranks, cell(row->none), cell(row->eplb), cell(row->budget), c.target,
-               row->eplb_in_window.mean, row->plan_ms_eplb, row->plan_ms_budget);
+               uint64_t{c.tokens_per_rank} * c.ranks, cell(row->none), cell(row->eplb), cell(row->split),
+               cell(row->budget), c.target, row->eplb_in_window.mean, row->plan_ms_eplb, row->plan_ms_budget,
+               row->split_ms);
   }
   fmt::print("\nslots: expert slots per rank (padded); tokens: per step, all ranks; target: the recipe's "
-             "measured moe_lb;\nEPLB@win: EPLB scored on the window it was planned from; plan ms: EPLB / "
-             "layer-budget planning time.\ntotal {:.1f} s\n",
+             "measured moe_lb;\nEPLB+split: EPLB's placement, each step's tokens split across replicas by the min-max "
+             "flow (LPLB-style);\nEPLB@win: EPLB scored on the window it was planned from; plan ms: EPLB / "
+             "layer-budget planning time;\nsplit ms: the split of one step, all layers.\ntotal {:.1f} s\n",
              Ms(std::chrono::steady_clock::now() - start) / 1000);
   return 0;
 }
