@@ -1,6 +1,6 @@
 // A skewed, drifting per-expert load, so the balancer has work: a random-weight model routes
-// almost uniformly and real ones do not. The engine will use Shares / RouterBias as a router
-// bias; the bench and tests sample per-step counts from it.
+// almost uniformly and real ones do not. The reference model uses RouterBias as a router
+// bias (ExpertParallelConfig::router_skew); the bench and tests sample per-step counts from it.
 //
 // Model (docs/eplb.md): each layer's experts carry latent scores z_e, and the r-th highest
 // score gets a Zipf share proportional to 1 / (r + 1)^s (s varies by layer, zipf_s_spread). The scores drift as an AR(1) process
