@@ -55,6 +55,9 @@ struct ServeOpts {
   int kv_blocks = 512;
   int max_running = 64;
   std::string kv_store;  // persistent block store URI; empty: none
+  bool kv_store_no_read = false;
+  bool exact_replay = false;
+  int64_t kv_fetch_deadline_ms = 200;
   // Expert parallelism (docs/eplb.md); -1: the phase's default (prefill: 4 redundant per rank,
   // window 100, every 1,000 steps; decode: 1, 1,000, 10,000).
   int ep = 0;
@@ -196,6 +199,7 @@ int RunServe(const ServeOpts& opts) {
   ec.shutdown_deadline_ms = opts.drain_deadline_ms;
   ec.max_model_len = opts.max_model_len;
   ec.eos_logit_bias = static_cast<float>(opts.eos_logit_bias);
+  ec.exact_replay = opts.exact_replay;
   if (!opts.model.empty()) {
     // The config alone does not tell two checkpoints apart: add the weight files' names and
     // sizes, so blocks of different weights never share store keys.
@@ -216,6 +220,8 @@ int RunServe(const ServeOpts& opts) {
       return 1;
     }
     ec.kv_store = std::shared_ptr<kvcache::KvStore>(std::move(store).value());
+    ec.kv_store_read = !opts.kv_store_no_read;
+    ec.kv_fetch_deadline_base_ms = opts.kv_fetch_deadline_ms;
     LADLE_LOG_INFO("serve.kv_store uri={}", LogSafe(opts.kv_store));
   }
   auto eng = engine::CreateEngine(ec, std::move(model).value(), *version_tok);
@@ -350,6 +356,13 @@ void RegisterServe(CLI::App& app, RunFn* run) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--router-skew-half-life", opts->router_skew_half_life, "steps over which the skew's hot set halves its correlation")
       ->capture_default_str();
+  cmd->add_flag("--kv-store-no-read", opts->kv_store_no_read, "write blocks to --kv-store but never read hits from it");
+  cmd->add_option("--kv-fetch-deadline-ms", opts->kv_fetch_deadline_ms,
+                  "a store read's deadline (plus 5 ms per block, at most 5 s); past it the rest recomputes")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--exact-replay", opts->exact_replay,
+                "on a prefix hit, rebuild the SWA ring by replaying the whole prefix (exact) instead of its last 128 "
+                "tokens (Encoder SWA Bounded Replay)");
   cmd->add_option("--chunk-policy", opts->chunk_policy, "chunked prefill: time or fixed")->capture_default_str();
   cmd->add_option("--cost-model", opts->cost_model, "cost model file (loaded if present, else profiled and saved)");
   cmd->add_flag("--no-async", opts->no_async, "turn off asynchronous scheduling");

@@ -51,6 +51,13 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
                          config_.model_fingerprint.empty() ? ModelFingerprint(model_->config()) : config_.model_fingerprint});
   if (config_.cache_salt != 0) key_extras_.push_back({kvcache::ExtraTag::kCacheSalt, std::to_string(config_.cache_salt)});
   device_ = std::make_unique<Device>();
+  fetch_inbox_->wake = [this] {
+    {
+      std::lock_guard lk(mu_);
+      fetch_ready_ = true;
+    }
+    cv_.notify_one();
+  };
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -113,6 +120,11 @@ Stats EngineImpl::GetStats() const {
   s.kv_store_writes_agent = store_counters_->agent.load();
   s.kv_store_writes_chatbot = store_counters_->chatbot.load();
   s.device_idle_fraction = device_ ? device_->idle_fraction() : 0.0;
+  s.prefix_hit_tokens_store = stat_store_hit_tokens_.load();
+  s.kv_store_fetches = stat_fetches_.load();
+  s.kv_store_fetch_blocks = stat_fetch_blocks_.load();
+  s.kv_store_fetch_timeouts = stat_fetch_timeouts_.load();
+  s.kv_store_fetch_seconds_total = static_cast<double>(stat_fetch_ns_.load()) / 1e9;
   s.expert_parallel = model_->GetExpertParallelStats(&s.ep);
   return s;
 }
@@ -127,6 +139,8 @@ void EngineImpl::Shutdown() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   device_.reset();  // runs anything still queued, then joins
+  std::lock_guard lk(fetch_inbox_->mu);
+  fetch_inbox_->wake = nullptr;  // a late store completion finds no engine to wake
 }
 
 void EngineImpl::AddRequest(std::shared_ptr<Request> r) {
@@ -192,6 +206,10 @@ void EngineImpl::FinishSeq(Seq* s, FinishKind kind, TokenEvent* last, std::strin
   if (s->slot >= 0) blocks_.FreeSlot(s->slot);
   s->slot = -1;
   s->state = Seq::State::kFinished;
+  if (s->fetch) {  // cancelled while loading: a late completion only fills the dropped buffers
+    s->fetch.reset();
+    --fetches_inflight_;
+  }
   std::erase_if(running_, [&](const auto& p) { return p.get() == s; });
   auto& req = *s->req;
   if (req.counted_queued) {
@@ -312,6 +330,10 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
         const auto t0 = Clock::now();
         StartMasks(b);
         for (int32_t slot : b->resets) kv_->ResetSlot(slot);
+        for (auto& [block, bytes] : b->installs) {
+          // Sized and checked when installed; a failure here is a storage bug, not a miss.
+          LADLE_CHECK(kv_->WriteBlock(block, *bytes));
+        }
         for (auto [from, to] : b->copies) kv_->CopySlot(from, to);
         std::vector<SeqStep> steps;
         steps.reserve(b->entries.size());
@@ -487,11 +509,13 @@ void EngineImpl::Loop() {
     PublishStats();
     if (!batch && inflight_.empty()) {
       std::unique_lock lk(mu_);
-      if (inbox_.empty() && cancels_.empty()) {
-        // Nothing runnable; sleep until a submit or cancel (or poll the shutdown deadline).
-        cv_.wait_for(lk, std::chrono::milliseconds(stopping_ ? 5 : 100));
+      if (inbox_.empty() && cancels_.empty() && !fetch_ready_) {
+        // Nothing runnable; sleep until a submit, cancel or store completion (or poll the
+        // shutdown deadline, or a fetch's deadline).
+        cv_.wait_for(lk, std::chrono::milliseconds(stopping_ || fetches_inflight_ > 0 ? 5 : 100));
         after_gap = true;
       }
+      fetch_ready_ = false;
     }
   }
   PublishStats();

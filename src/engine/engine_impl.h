@@ -48,6 +48,24 @@ struct DevSeq {
   std::vector<uint64_t> mask_bits;
 };
 
+// A store read for a waiting sequence (EngineConfig::kv_store_read). Filled on the store's
+// threads under FetchInbox::mu; the scheduler reads a chunk's blocks only once it is done.
+struct Fetch {
+  std::vector<BlockHash> keys;                // the prefix blocks the pool lacked
+  std::vector<std::vector<uint8_t>> values;   // host buffers, one block each
+  std::vector<Result<size_t>> results;        // per key, once its chunk is done
+  std::vector<uint8_t> chunk_done;            // per Get of kv_fetch_chunk_blocks keys
+  size_t present = 0;                         // Match's answer (keys fetched)
+  size_t chunks_left = 0;
+  bool matched = false, done = false;
+  std::chrono::steady_clock::time_point started, deadline, finished;
+};
+// Where store completions report; outlives the engine (a completion may come late).
+struct FetchInbox {
+  std::mutex mu;
+  std::function<void()> wake;  // wakes the scheduler; null once the engine is gone
+};
+
 // One of a request's n samples.
 struct Seq {
   enum class State : uint8_t { kWaiting, kRunning, kFinished };
@@ -73,6 +91,11 @@ struct Seq {
   int pending_forks = 0;
   std::shared_ptr<DevSeq> dev;
   std::unique_ptr<StopChecker> stop;
+  // Store reads: a fetch in flight (the sequence waits, others pass it), whether one was
+  // considered, and what the pool held then / what the store added.
+  std::shared_ptr<Fetch> fetch;
+  bool fetch_tried = false;
+  size_t pool_prefix = 0, store_blocks = 0;
 };
 
 struct Entry {
@@ -110,6 +133,9 @@ struct Batch {
   std::vector<Entry> entries;
   std::vector<int32_t> resets;                       // ResetSlot before the forward (new owners)
   std::vector<std::pair<int32_t, int32_t>> copies;  // CopySlot(from, to) before the forward
+  // WriteBlock(block, bytes) before the forward: blocks fetched from the store, already named
+  // in the pool (a sequence of this batch may read them).
+  std::vector<std::pair<int32_t, std::shared_ptr<std::vector<uint8_t>>>> installs;
   std::vector<float> logits;
   Status status;
   StepRecord record;
@@ -180,6 +206,17 @@ class EngineImpl : public Engine {
   };
   std::vector<PersistPiece> persist_;  // scheduler thread only
   void FlushPersists();
+  // Store reads (engine_fetch.cc). FetchWaits: true while `s` must keep waiting for its fetch
+  // (started here when it is worth one); at completion or deadline it installs what arrived.
+  bool FetchWaits(const std::shared_ptr<Seq>& s, Batch* b);
+  void StartFetch(Seq* s, size_t first, size_t full);
+  void InstallFetched(Seq* s, Batch* b);
+  void HashPrefix(Seq* s, int64_t blocks);
+  std::shared_ptr<FetchInbox> fetch_inbox_ = std::make_shared<FetchInbox>();
+  bool fetch_ready_ = false;  // mu_: a completion arrived since the scheduler last looked
+  size_t fetches_inflight_ = 0;
+  std::atomic<uint64_t> stat_store_hit_tokens_{0}, stat_fetches_{0}, stat_fetch_blocks_{0}, stat_fetch_timeouts_{0};
+  std::atomic<int64_t> stat_fetch_ns_{0};
   // Shared with store completions, which may run after the engine is gone.
   struct StoreCounters {
     std::atomic<int64_t> inflight_bytes{0};

@@ -177,12 +177,7 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
       // Recipe "Hit policy" (DecideHit): at most L − 134 (window + rollback) tokens can hit,
       // in whole blocks.
       const int64_t full = DecideHit(swa_, s->target, s->target, nullptr).block_reused / block_size_;
-      while (static_cast<int64_t>(s->hashes.size()) < full) {
-        const size_t i = s->hashes.size();
-        s->hashes.push_back(HashBlock(i == 0 ? nullptr : &s->hashes[i - 1],
-                                      std::span<const TokenId>(s->tokens).subspan(i * block_size_, block_size_),
-                                      key_extras_));
-      }
+      HashPrefix(s, full);
       hit = blocks_.Match(std::span<const BlockHash>(s->hashes).first(full));
     }
     const int64_t kv_written = static_cast<int64_t>(hit.size()) * block_size_;
@@ -191,7 +186,9 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
     // global KV without rewriting it (Encoder SWA Bounded Replay).
     const HitDecision hd = DecideHit(swa_, s->target, kv_written, /*swa_has=*/nullptr);
     LADLE_CHECK(hd.block_reused == kv_written);
-    const int64_t cached = hd.hit;
+    // Exact replay recomputes the whole prefix through the encoder (the ring then matches a
+    // cold run's); the blocks' global KV is reused either way.
+    const int64_t cached = config_.exact_replay ? 0 : hd.hit;
     StepBudget trial = *budget;
     const int64_t q = chunk_->Take(s->target - cached, cached, &trial);
     v.available_blocks = blocks_.available_blocks();
@@ -206,12 +203,19 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
     s->computed = cached;
     s->kv_written = kv_written;
     s->registered = s->blocks.size();
+    // Reported as cached: prompt tokens not recomputed, or with exact replay those whose KV
+    // was reused.
+    const int64_t reused = config_.exact_replay ? kv_written : cached;
     if (s->req->counted_queued) {
       s->req->counted_queued = false;
-      s->req->cached_tokens = cached;
+      s->req->cached_tokens = reused;
       queued_ -= 1;
     }
-    stat_prefix_hits_ += static_cast<uint64_t>(cached);
+    stat_prefix_hits_ += static_cast<uint64_t>(reused);
+    if (s->store_blocks > 0 && s->blocks.size() > s->pool_prefix) {
+      const size_t from_store = std::min(s->blocks.size() - s->pool_prefix, s->store_blocks);
+      stat_store_hit_tokens_ += static_cast<uint64_t>(from_store) * static_cast<uint64_t>(block_size_);
+    }
   }
   s->state = Seq::State::kRunning;
   running_.push_back(sp);
@@ -273,11 +277,13 @@ std::shared_ptr<Batch> EngineImpl::Schedule() {
     }
   }
 
-  // 3. Admissions, strict FIFO: the head must start (or be unready) before anyone behind it.
-  while (!waiting_.empty()) {
-    auto s = waiting_.front();
+  // 3. Admissions, strict FIFO: the head must start (or be unready) before anyone behind it,
+  //    except that a request loading its prefix from the store waits in its own state and
+  //    lets the ones behind it pass.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    auto s = *it;
     if (s->state != Seq::State::kWaiting) {
-      waiting_.pop_front();
+      it = waiting_.erase(it);
       continue;
     }
     if (s->inflight > 0) break;  // preempted with launched work outstanding: next step
@@ -285,9 +291,12 @@ std::shared_ptr<Batch> EngineImpl::Schedule() {
       Seq* p = s->fork_parent;
       const bool ready = p->state == Seq::State::kRunning && p->computed == s->fork_at && p->last_step < b->step;
       if (!ready) break;
+    } else if (FetchWaits(s, b.get())) {
+      ++it;
+      continue;
     }
     if (!TryAdmit(s, b.get(), &budget, &in_batch)) break;
-    waiting_.pop_front();
+    it = waiting_.erase(it);
     const int64_t q = take_chunk(s);
     if (q > 0) {
       AddPrefillChunk(s, q, b.get());
@@ -297,7 +306,7 @@ std::shared_ptr<Batch> EngineImpl::Schedule() {
   b->record.step = b->step;
   if (config_.chunk_policy == "time") b->record.budget_ns = static_cast<double>(config_.step_budget_ns);
   for (auto& r : running_) RegisterBlocks(r.get());
-  if (b->entries.empty() && b->copies.empty() && b->resets.empty()) {
+  if (b->entries.empty() && b->copies.empty() && b->resets.empty() && b->installs.empty()) {
     if (inflight_.empty() && running_.size() > 1) {
       // Nothing could run and nothing is in flight: every running sequence is a prompt
       // waiting for blocks that the others hold (admission only reserves a first chunk).

@@ -112,6 +112,14 @@ std::string Metrics::Render(const engine::Stats& stats) {
   gauge("ladle_kv_store_write_drops_total", "counter", "Blocks not written: the KV store's writes in flight were at their bound.",
         stats.kv_store_write_drops);
   gauge("ladle_kv_store_write_errors_total", "counter", "Blocks the KV store failed to write.", stats.kv_store_write_errors);
+  gauge("ladle_prefix_hit_tokens_store_total", "counter", "Prompt tokens whose KV blocks came from the persistent store.",
+        stats.prefix_hit_tokens_store);
+  gauge("ladle_kv_store_fetches_total", "counter", "Prefix reads started from the persistent store.", stats.kv_store_fetches);
+  gauge("ladle_kv_store_fetch_blocks_total", "counter", "Blocks read from the persistent store into the pool.",
+        stats.kv_store_fetch_blocks);
+  gauge("ladle_kv_store_fetch_timeouts_total", "counter", "Store reads cut by their deadline (the rest recomputed).",
+        stats.kv_store_fetch_timeouts);
+  gauge("ladle_kv_store_fetch_seconds_total", "counter", "Time store reads took, summed.", stats.kv_store_fetch_seconds_total);
   gauge("ladle_generation_tokens_per_second", "gauge", "Generated tokens per second between scrapes.", tokens_per_s_);
   // The Prometheus client libraries' name, so dashboards and the load test find it.
   gauge("process_resident_memory_bytes", "gauge", "Resident memory of the server process.", ResidentBytes());

@@ -84,6 +84,11 @@ struct Stats {
   // back-pressure, and failed; by traffic class for the written ones.
   uint64_t kv_store_writes = 0, kv_store_write_drops = 0, kv_store_write_errors = 0;
   uint64_t kv_store_writes_agent = 0, kv_store_writes_chatbot = 0;
+  // Reads: prompt tokens whose KV came from the store (a subset of prefix_hit_tokens' blocks),
+  // fetches started, blocks installed, fetches cut by their deadline, and their total latency.
+  uint64_t prefix_hit_tokens_store = 0;
+  uint64_t kv_store_fetches = 0, kv_store_fetch_blocks = 0, kv_store_fetch_timeouts = 0;
+  double kv_store_fetch_seconds_total = 0;
   double device_idle_fraction = 0.0;
   // The model's EP ranks (Model::ConfigureExpertParallel), when it has them.
   bool expert_parallel = false;

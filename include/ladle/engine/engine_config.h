@@ -77,6 +77,21 @@ struct EngineConfig {
   // counted (Stats::kv_store_write_drops), never queued without bound.
   std::shared_ptr<kvcache::KvStore> kv_store;
   int64_t kv_store_max_inflight_bytes = 256ll << 20;
+  // Reads from kv_store (the recipe's "Block KVCache" hit: Match, then fetch): a waiting request
+  // whose prompt prefix the pool lacks asks the store for the rest (Match, metadata only, then
+  // Get into host buffers) and waits in its own state while the requests behind it run. What
+  // arrived by the deadline (base + per block, capped), as a contiguous prefix, is installed
+  // into pool blocks by device-ordered copies before the next forward; the rest recomputes.
+  bool kv_store_read = true;
+  int64_t kv_fetch_deadline_base_ms = 200;
+  int64_t kv_fetch_deadline_per_block_ms = 5;
+  int64_t kv_fetch_deadline_max_ms = 5000;
+  size_t kv_fetch_chunk_blocks = 4;  // blocks per Get: a deadline keeps the chunks that arrived
+  // On a prefix hit, rebuild the SWA ring exactly by replaying the whole prefix through the
+  // encoder (global KV still read from the blocks, not rewritten), instead of the last 128
+  // tokens with truncated attention (Encoder SWA Bounded Replay). For tests and to measure the
+  // approximation; costs the prefix's encoder compute.
+  bool exact_replay = false;
   std::function<void(const StepRecord&)> on_step;  // optional; must not block
 };
 

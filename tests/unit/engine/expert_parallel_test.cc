@@ -117,7 +117,9 @@ void ExpectSameRun(Model& plain, Model& ep, int steps, const std::string& what) 
     ASSERT_EQ(la.size(), lb.size());
     ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << what << ": step " << t;
     // Let the mover finish between some steps so placements switch mid-run.
-    if (t % 3 == 0) ASSERT_TRUE(Ep(ep)->WaitIdle(10'000));
+    if (t % 3 == 0) {
+      ASSERT_TRUE(Ep(ep)->WaitIdle(10000));
+    }
   }
 }
 

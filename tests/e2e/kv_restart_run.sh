@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Prefix hits across a restart (issue 14): `ladle serve --kv-store fs:DIR --exact-replay` answers
+# a long prompt, its blocks reach the store, the server is killed with SIGKILL, and a new server
+# on the same store answers the same request from the store's blocks: the same greedy text,
+# usage.prompt_tokens_details.cached_tokens > 0 and ladle_prefix_hit_tokens_store_total > 0.
+# A third server with the bounded replay (the default) hits too. About 15 s on 2 cores.
+set -euo pipefail
+LADLE=${1:?usage: kv_restart_run.sh path/to/ladle}
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+command -v python3 >/dev/null || { echo "python3 missing" >&2; [ "${CI:-}" = true ] && exit 1; exit 77; }
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir -p "$work/store"
+
+start() {  # start LOG flags...: sets $port and $pid
+  local log="$1"; shift
+  "$LADLE" serve --port 0 --model-config "$here/../../bench/serve/tiny_model.json" --chunk-policy fixed \
+    --kv-store "fs:$work/store" "$@" >"$log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  for _ in $(seq 1 600); do
+    port=$(grep -o 'server.listening host=[^ ]* port=[0-9]*' "$log" | head -1 | sed 's/.*port=//') || true
+    [[ -n "$port" ]] && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$log" >&2
+      if grep -qi "tokenizer" "$log"; then
+        echo "tokenizer missing (run scripts/setup)" >&2; [ "${CI:-}" = true ] && exit 1; exit 77
+      fi
+      echo "server exited during start-up" >&2; exit 1
+    fi
+    sleep 0.1
+  done
+  echo "server did not start in 60 s" >&2; exit 1
+}
+
+ask() {  # ask PORT OUT: one greedy chat request, the JSON response to OUT
+  python3 - "$1" "$2" <<'PY'
+import json, sys, urllib.request
+port, out = sys.argv[1], sys.argv[2]
+text = " ".join(f"Paragraph {i}: the persistent KV store keeps every full block of this prompt." for i in range(60))
+body = {"model": "ladle", "temperature": 0, "max_tokens": 16, "messages": [{"role": "user", "content": text}]}
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=120) as r:
+    open(out, "w").write(r.read().decode())
+PY
+}
+
+metric() {  # metric PORT NAME
+  python3 - "$1" "$2" <<'PY'
+import sys, urllib.request
+port, name = sys.argv[1], sys.argv[2]
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+    for line in r.read().decode().splitlines():
+        if line.startswith(name + " "):
+            print(line.split()[1]); break
+    else:
+        print(0)
+PY
+}
+
+start "$work/a.log" --exact-replay
+ask "$port" "$work/a.json"
+blocks=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['usage']['prompt_tokens'] // 128)" "$work/a.json")
+for _ in $(seq 1 300); do
+  w=$(metric "$port" ladle_kv_store_writes_total)
+  [[ "${w%.*}" -ge "$blocks" ]] && break
+  sleep 0.1
+done
+[[ "${w%.*}" -ge "$blocks" ]] || { echo "only $w of $blocks blocks reached the store" >&2; exit 1; }
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+
+start "$work/b.log" --exact-replay
+ask "$port" "$work/b.json"
+hit=$(metric "$port" ladle_prefix_hit_tokens_store_total)
+kill -TERM "$pid"; wait "$pid" || { echo "server b did not exit 0 on SIGTERM" >&2; exit 1; }
+start "$work/c.log"
+ask "$port" "$work/c.json"
+hit_c=$(metric "$port" ladle_prefix_hit_tokens_store_total)
+kill -TERM "$pid"; wait "$pid" || { echo "server c did not exit 0 on SIGTERM" >&2; exit 1; }
+pids=()
+
+python3 - "$work/a.json" "$work/b.json" "$work/c.json" "$hit" "$hit_c" <<'PY'
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:4])
+hit, hit_c = float(sys.argv[4]), float(sys.argv[5])
+text = lambda r: r["choices"][0]["message"]["content"]
+cached = lambda r: r["usage"]["prompt_tokens_details"]["cached_tokens"]
+assert cached(a) == 0, cached(a)
+assert cached(b) > 0 and hit >= cached(b), (cached(b), hit)
+assert text(b) == text(a), (text(a), text(b))
+assert cached(c) > 0 and hit_c > 0, (cached(c), hit_c)
+print(f"kv restart: {a['usage']['prompt_tokens']} prompt tokens; after kill -9 and restart {cached(b)} cached from the "
+      f"store, same text (exact replay); bounded replay {cached(c)} cached, text {'same' if text(c) == text(a) else 'differs'}")
+PY
+echo "kv restart: ok"

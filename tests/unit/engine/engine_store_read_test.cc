@@ -1,0 +1,306 @@
+// The engine reading prefix hits from the persistent store (EngineConfig::kv_store_read): a
+// prompt primed by one engine hits from the store in another engine on a reopened store (a
+// restart), with the exact replay giving the cold run's tokens bit for bit and the bounded
+// replay measured against it; an ec:10+2 store that lost 2 domains still serves, one that lost
+// 3 recomputes with the same output; a fetch past its deadline falls back to recompute and a
+// late completion is harmless; other requests pass one that is loading.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+#include "engine_test_util.h"
+#include "ladle/engine/engine_config.h"
+#include "ladle/engine/model.h"
+#include "ladle/kvcache/kv_store.h"
+
+namespace ladle::engine {
+namespace {
+
+struct Dir {
+  std::string path;
+  Dir() {
+    const char* base = std::getenv("TMPDIR");
+    path = std::string(base ? base : "/tmp") + "/ladle-engine-read-" + std::to_string(::getpid()) + "-" +
+           std::to_string(reinterpret_cast<uintptr_t>(this));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~Dir() { std::filesystem::remove_all(path); }
+};
+
+std::vector<TokenId> Prompt(int len, int salt) {
+  std::vector<TokenId> p(len);
+  for (int i = 0; i < len; ++i) p[i] = static_cast<TokenId>(100 + (i * 131 + salt * 7919) % 8000);
+  return p;
+}
+
+struct Got {
+  std::vector<TokenId> tokens;
+  int64_t cached = -1;
+  std::string error;
+};
+
+// Holds every Get's completion until Release (a store that stalls), delegating the rest.
+class StallingStore final : public kvcache::KvStore {
+ public:
+  explicit StallingStore(std::shared_ptr<kvcache::KvStore> inner) : inner_(std::move(inner)) {}
+  void Match(std::span<const kvcache::BlockKey> keys, MatchDone done) override { inner_->Match(keys, std::move(done)); }
+  void Get(std::span<const kvcache::BlockKey> keys, std::span<const kvcache::MutableBuffer> buffers,
+           GetDone done) override {
+    inner_->Get(keys, buffers, [this, done = std::move(done)](std::vector<Result<size_t>> r) mutable {
+      std::lock_guard lk(mu_);
+      held_.emplace_back([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+    });
+  }
+  void Put(std::span<const kvcache::BlockKey> keys, std::span<const std::span<const uint8_t>> values,
+           kvcache::TrafficClass cls, PutDone done, std::optional<kvcache::BlockKey> parent) override {
+    inner_->Put(keys, values, cls, std::move(done), parent);
+  }
+  void Delete(std::span<const kvcache::BlockKey> keys, DeleteDone done) override { inner_->Delete(keys, std::move(done)); }
+  kvcache::StoreStat Stat() override { return inner_->Stat(); }
+  Result<uint64_t> RunGcOnce() override { return inner_->RunGcOnce(); }
+  Result<FsckReport> Fsck() override { return inner_->Fsck(); }
+  size_t Held() {
+    std::lock_guard lk(mu_);
+    return held_.size();
+  }
+  void Release() {
+    std::vector<std::function<void()>> h;
+    {
+      std::lock_guard lk(mu_);
+      h.swap(held_);
+    }
+    for (auto& f : h) f();
+  }
+
+ private:
+  std::shared_ptr<kvcache::KvStore> inner_;
+  std::mutex mu_;
+  std::vector<std::function<void()>> held_;
+};
+
+class EngineStoreRead : public ::testing::Test {
+ protected:
+  void SetUp() override { LADLE_REQUIRE_ENGINE_TOKENIZER(); }
+
+  static ModelConfig Mc() {
+    ModelConfig mc;
+    mc.vocab_size = 8192;  // the built-in shape with a smaller LM head: quick on 2 cores
+    return mc;
+  }
+
+  std::unique_ptr<Engine> Make(std::shared_ptr<kvcache::KvStore> store, bool exact, int64_t deadline_ms = 2000) {
+    auto m = Model::Create(Mc(), "");
+    EXPECT_TRUE(m.ok());
+    EngineConfig c;
+    c.num_blocks = 48;
+    c.max_running = 4;
+    c.chunk_policy = "fixed";
+    c.chunk_tokens = 256;
+    c.kv_store = std::move(store);
+    c.exact_replay = exact;
+    c.kv_fetch_deadline_base_ms = deadline_ms;
+    c.kv_fetch_deadline_per_block_ms = 0;
+    auto e = CreateEngine(c, std::move(m).value(), *testing::EngineTokenizer());
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  static std::vector<Got> RunAll(Engine& e, const std::vector<std::vector<TokenId>>& prompts, int max_tokens) {
+    SamplingParams p;
+    p.max_tokens = max_tokens;
+    p.temperature = 0;
+    p.ignore_eos = true;
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t done = 0;
+    std::vector<Got> got(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto id = e.Submit({prompts[i], p, nullptr}, [&, i](const Output& o) {
+        std::lock_guard lk(mu);
+        for (const auto& ev : o.tokens) got[i].tokens.push_back(ev.token);
+        if (o.finished) {
+          got[i].cached = o.cached_tokens;
+          got[i].error = o.error;
+          ++done;
+          cv.notify_all();
+        }
+      });
+      EXPECT_TRUE(id.ok()) << id.status().ToString();
+      if (!id.ok()) return got;
+    }
+    std::unique_lock lk(mu);
+    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == prompts.size(); }));
+    return got;
+  }
+
+  static void WaitWrites(Engine& e, uint64_t want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (e.GetStats().kv_store_writes < want && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GE(e.GetStats().kv_store_writes, want);
+  }
+
+  static std::shared_ptr<kvcache::KvStore> Open(const std::string& uri) {
+    auto s = kvcache::KvStore::Open(uri);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::shared_ptr<kvcache::KvStore>(std::move(s).value()) : nullptr;
+  }
+
+  // Primes `prompt` through a fresh engine on a fresh handle of `uri` (then closed: what a
+  // restart leaves behind) and returns the cold run.
+  Got Prime(const std::string& uri, const std::vector<TokenId>& prompt, int max_tokens) {
+    auto e = Make(Open(uri), false);
+    auto cold = RunAll(*e, {prompt}, max_tokens);
+    WaitWrites(*e, static_cast<uint64_t>((prompt.size() + max_tokens - 1) / 128));
+    e->Shutdown();
+    return cold[0];
+  }
+};
+
+TEST_F(EngineStoreRead, ARestartHitsFromTheStoreAndExactReplayGivesTheColdTokens) {
+  Dir d;
+  const std::string uri = "fs:" + d.path;
+  for (int len : {300, 700, 1100}) {  // 1 to 7 blocks under the L − 134 cap
+    const auto prompt = Prompt(len, len);
+    const Got cold = Prime(uri, prompt, 12);
+    ASSERT_EQ(cold.tokens.size(), 12u) << cold.error;
+    EXPECT_EQ(cold.cached, 0);
+    auto e = Make(Open(uri), /*exact=*/true);
+    const Got hit = RunAll(*e, {prompt}, 12)[0];
+    const int64_t blocks = (len - 134) / 128;
+    EXPECT_EQ(hit.cached, blocks * 128) << "len " << len;
+    EXPECT_EQ(hit.tokens, cold.tokens) << "exact replay after a store hit must give the cold tokens (len " << len << ")";
+    Stats s = e->GetStats();
+    EXPECT_EQ(s.kv_store_fetches, 1u);
+    EXPECT_EQ(s.kv_store_fetch_blocks, static_cast<uint64_t>(blocks));
+    EXPECT_EQ(s.prefix_hit_tokens_store, static_cast<uint64_t>(blocks * 128));
+    EXPECT_EQ(s.kv_store_fetch_timeouts, 0u);
+    // Again in the same engine: now a pool hit, no second fetch.
+    const Got again = RunAll(*e, {prompt}, 12)[0];
+    EXPECT_EQ(again.tokens, cold.tokens);
+    EXPECT_EQ(e->GetStats().kv_store_fetches, 1u);
+    e->Shutdown();
+  }
+}
+
+TEST_F(EngineStoreRead, BoundedReplayHitsAreMeasuredAgainstExactReplay) {
+  // Encoder SWA Bounded Replay approximates the ring: report how often greedy agrees with the
+  // exact replay over 32 tokens (no threshold is asserted: it is a measurement).
+  Dir d;
+  const std::string uri = "fs:" + d.path;
+  int agree = 0, total = 0, prompts = 0, identical = 0;
+  for (int salt = 1; salt <= 3; ++salt) {
+    const auto prompt = Prompt(640, salt * 13);
+    const Got cold = Prime(uri, prompt, 32);
+    auto e = Make(Open(uri), /*exact=*/false);
+    const Got hit = RunAll(*e, {prompt}, 32)[0];
+    EXPECT_EQ(hit.cached, 3 * 128 - 128) << "an SWA miss backs off one block and replays it";
+    EXPECT_EQ(e->GetStats().kv_store_fetch_blocks, 3u);
+    ASSERT_EQ(hit.tokens.size(), cold.tokens.size());
+    size_t first_diff = 0;
+    while (first_diff < hit.tokens.size() && hit.tokens[first_diff] == cold.tokens[first_diff]) ++first_diff;
+    agree += static_cast<int>(first_diff);
+    total += static_cast<int>(hit.tokens.size());
+    identical += first_diff == hit.tokens.size() ? 1 : 0;
+    ++prompts;
+    e->Shutdown();
+  }
+  std::printf("[bounded replay] greedy tokens agreeing with the exact (cold) run before the first divergence: "
+              "%d / %d over %d prompts of 640 tokens; %d prompts identical over 32 tokens\n",
+              agree, total, prompts, identical);
+}
+
+TEST_F(EngineStoreRead, AnEcStoreServesWithTwoDomainsLostAndRecomputesWithThree) {
+  Dir d;
+  std::string uri = "ec:10+2:";
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 12; ++i) {
+    dirs.push_back(d.path + "/d" + std::to_string(i));
+    std::filesystem::create_directories(dirs.back());
+    uri += (i ? "," : "") + dirs.back();
+  }
+  const auto prompt = Prompt(800, 5);
+  const Got cold = Prime(uri, prompt, 8);
+  auto lose = [&](int i) {
+    std::filesystem::remove_all(dirs[i]);
+    std::filesystem::create_directories(dirs[i]);  // an empty replacement disk
+  };
+  lose(0);
+  lose(11);
+  {
+    auto e = Make(Open(uri), true);
+    const Got hit = RunAll(*e, {prompt}, 8)[0];
+    EXPECT_EQ(hit.error, "");
+    EXPECT_EQ(hit.cached, 5 * 128) << "2 of 12 domains lost: every block still decodes";
+    EXPECT_EQ(hit.tokens, cold.tokens);
+    e->Shutdown();
+  }
+  lose(1);
+  lose(2);  // with 0 and 11 still empty: 4 lost (repair may have refilled some), beyond RS(10,2)
+  lose(0);
+  lose(11);
+  {
+    auto e = Make(Open(uri), true);
+    const Got again = RunAll(*e, {prompt}, 8)[0];
+    EXPECT_EQ(again.error, "");
+    EXPECT_EQ(again.tokens, cold.tokens) << "lost blocks recompute, with the same output";
+    EXPECT_EQ(e->GetStats().prefix_hit_tokens_store, 0u);
+    e->Shutdown();
+  }
+}
+
+TEST_F(EngineStoreRead, AStalledFetchHitsItsDeadlineRecomputesAndLetsOthersPass) {
+  Dir d;
+  const std::string uri = "fs:" + d.path;
+  const auto prompt = Prompt(700, 9);
+  const Got cold = Prime(uri, prompt, 8);
+  auto stalling = std::make_shared<StallingStore>(Open(uri));
+  auto e = Make(stalling, true, /*deadline_ms=*/400);
+  // A prompt the store does not know is submitted after the stalled one and finishes first.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> order;
+  SamplingParams p;
+  p.max_tokens = 8;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  std::vector<TokenId> stalled_tokens;
+  int64_t stalled_cached = -1;
+  auto sink = [&](const std::string& name, std::vector<TokenId>* out, int64_t* cached) {
+    return [&, name, out, cached](const Output& o) {
+      std::lock_guard lk(mu);
+      if (out) for (const auto& ev : o.tokens) out->push_back(ev.token);
+      if (o.finished) {
+        if (cached) *cached = o.cached_tokens;
+        order.push_back(name);
+        cv.notify_all();
+      }
+    };
+  };
+  ASSERT_TRUE(e->Submit({prompt, p, nullptr}, sink("stalled", &stalled_tokens, &stalled_cached)).ok());
+  ASSERT_TRUE(e->Submit({Prompt(100, 77), p, nullptr}, sink("other", nullptr, nullptr)).ok());
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return order.size() == 2; }));
+  }
+  EXPECT_EQ(order[0], "other") << "a loading request must not hold up the queue";
+  EXPECT_EQ(stalled_tokens, cold.tokens);
+  EXPECT_EQ(stalled_cached, 0) << "nothing arrived by the deadline: recomputed";
+  Stats s = e->GetStats();
+  EXPECT_EQ(s.kv_store_fetch_timeouts, 1u);
+  EXPECT_EQ(s.kv_store_fetch_blocks, 0u);
+  EXPECT_GT(stalling->Held(), 0u);
+  e->Shutdown();
+  e.reset();
+  stalling->Release();  // the late completions find no engine: nothing breaks
+}
+
+}  // namespace
+}  // namespace ladle::engine
