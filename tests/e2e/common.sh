@@ -26,3 +26,28 @@ install_pinned() {
     fi
   ) 9>"$lock" || skip_or_fail "could not install the pinned packages in $dir (npm ci)"
 }
+
+# start_ladle BIN LOG [serve flags...]: starts `BIN serve --port 0 FLAGS` with its output in LOG and
+# waits up to 60 s for the port it logs; sets $port and $pid and appends the pid to the caller's
+# `pids` array (its cleanup stops them). A missing tokenizer skips (fails under CI=true).
+start_ladle() {
+  local bin="$1" log="$2"; shift 2
+  "$bin" serve --port 0 "$@" >"$log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  for _ in $(seq 1 600); do
+    port=$(grep -o 'server.listening host=[^ ]* port=[0-9]*' "$log" | head -1 | sed 's/.*port=//') || true
+    [[ -n "$port" ]] && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$log" >&2
+      if grep -q "tokenizer" "$log" && grep -qi "no such file\|cannot open\|not found" "$log"; then
+        skip_or_fail "tokenizer missing (run scripts/setup)"
+      fi
+      echo "${E2E_NAME:-e2e}: server exited during start-up" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "${E2E_NAME:-e2e}: server did not start within 60 s" >&2
+  exit 1
+}

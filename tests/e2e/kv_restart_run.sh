@@ -7,6 +7,8 @@
 set -euo pipefail
 LADLE=${1:?usage: kv_restart_run.sh path/to/ladle}
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+E2E_NAME="kv restart"
+source "$here/common.sh"
 command -v python3 >/dev/null || { echo "python3 missing" >&2; [ "${CI:-}" = true ] && exit 1; exit 77; }
 work=$(mktemp -d)
 pids=()
@@ -20,23 +22,8 @@ mkdir -p "$work/store"
 
 start() {  # start LOG flags...: sets $port and $pid
   local log="$1"; shift
-  "$LADLE" serve --port 0 --model-config "$here/../../bench/serve/tiny_model.json" --chunk-policy fixed \
-    --kv-store "fs:$work/store" "$@" >"$log" 2>&1 &
-  pid=$!
-  pids+=("$pid")
-  for _ in $(seq 1 600); do
-    port=$(grep -o 'server.listening host=[^ ]* port=[0-9]*' "$log" | head -1 | sed 's/.*port=//') || true
-    [[ -n "$port" ]] && return 0
-    if ! kill -0 "$pid" 2>/dev/null; then
-      cat "$log" >&2
-      if grep -qi "tokenizer" "$log"; then
-        echo "tokenizer missing (run scripts/setup)" >&2; [ "${CI:-}" = true ] && exit 1; exit 77
-      fi
-      echo "server exited during start-up" >&2; exit 1
-    fi
-    sleep 0.1
-  done
-  echo "server did not start in 60 s" >&2; exit 1
+  start_ladle "$LADLE" "$log" --model-config "$here/../../bench/serve/tiny_model.json" --chunk-policy fixed \
+    --kv-store "fs:$work/store" "$@"
 }
 
 ask() {  # ask PORT OUT: one greedy chat request, the JSON response to OUT

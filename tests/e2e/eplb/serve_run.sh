@@ -6,6 +6,8 @@
 # drains and exits 0. About 20 s on 2 cores.
 set -euo pipefail
 LADLE=${1:?usage: serve_run.sh path/to/ladle}
+E2E_NAME="eplb serve"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../common.sh"
 command -v python3 >/dev/null || { echo "python3 missing" >&2; [ "${CI:-}" = true ] && exit 1; exit 77; }
 work=$(mktemp -d)
 pids=()
@@ -23,22 +25,7 @@ JSON
 
 start() {  # start LOG flags...: sets $port, appends the pid
   local log="$1"; shift
-  "$LADLE" serve --port 0 --model-config "$work/model.json" --chunk-policy fixed --max-running 16 "$@" >"$log" 2>&1 &
-  local pid=$!
-  pids+=("$pid")
-  for _ in $(seq 1 600); do
-    port=$(grep -o 'server.listening host=[^ ]* port=[0-9]*' "$log" | head -1 | sed 's/.*port=//') || true
-    [[ -n "$port" ]] && return 0
-    if ! kill -0 "$pid" 2>/dev/null; then
-      cat "$log" >&2
-      if grep -qi "tokenizer" "$log"; then
-        echo "tokenizer missing (run scripts/setup)" >&2; [ "${CI:-}" = true ] && exit 1; exit 77
-      fi
-      echo "server exited during start-up" >&2; exit 1
-    fi
-    sleep 0.1
-  done
-  echo "server did not start in 60 s" >&2; exit 1
+  start_ladle "$LADLE" "$log" --model-config "$work/model.json" --chunk-policy fixed --max-running 16 "$@"
 }
 
 start "$work/plain.log"

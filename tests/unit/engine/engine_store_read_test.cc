@@ -21,16 +21,8 @@
 namespace ladle::engine {
 namespace {
 
-struct Dir {
-  std::string path;
-  Dir() {
-    const char* base = std::getenv("TMPDIR");
-    path = std::string(base ? base : "/tmp") + "/ladle-engine-read-" + std::to_string(::getpid()) + "-" +
-           std::to_string(reinterpret_cast<uintptr_t>(this));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~Dir() { std::filesystem::remove_all(path); }
+struct Dir : testing::TempDir {
+  Dir() : TempDir("engine-read") {}
 };
 
 std::vector<TokenId> Prompt(int len, int salt) {
@@ -300,6 +292,65 @@ TEST_F(EngineStoreRead, AStalledFetchHitsItsDeadlineRecomputesAndLetsOthersPass)
   e->Shutdown();
   e.reset();
   stalling->Release();  // the late completions find no engine: nothing breaks
+}
+
+TEST_F(EngineStoreRead, SixtyFourStreamsWithSharedPrefixesHitAndFetchConcurrently) {
+  // 8 prefixes primed by one engine; 64 requests (8 per prefix, each with its own suffix) at
+  // once on a restarted engine: every one finishes without error, the store serves the
+  // prefixes, and with exact replay every output equals an engine's without any store.
+  Dir d;
+  const std::string uri = "fs:" + d.path;
+  std::vector<std::vector<TokenId>> prefixes;
+  for (int i = 0; i < 8; ++i) prefixes.push_back(Prompt(420, 100 + i));
+  {
+    auto e = Make(Open(uri), false);
+    RunAll(*e, prefixes, 1);
+    WaitWrites(*e, 8 * 3);
+    e->Shutdown();
+  }
+  // 64 in Release; under the sanitizers (several times slower) 16, the same paths.
+#ifdef __SANITIZE_ADDRESS__
+  constexpr int kStreams = 16;
+#else
+  constexpr int kStreams = 64;
+#endif
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < kStreams; ++i) {
+    auto p = prefixes[static_cast<size_t>(i % 8)];
+    for (int j = 0; j < 16; ++j) p.push_back(static_cast<TokenId>(200 + (i * 37 + j * 11) % 7000));
+    prompts.push_back(std::move(p));
+  }
+  auto make = [&](std::shared_ptr<kvcache::KvStore> store) {
+    auto m = Model::Create(Mc(), "");
+    EngineConfig c;
+    c.num_blocks = 160;
+    c.max_running = 16;
+    c.max_queue = 128;
+    c.chunk_policy = "fixed";
+    c.chunk_tokens = 256;
+    c.kv_store = std::move(store);
+    c.exact_replay = true;
+    c.prefix_cache = true;
+    auto e = CreateEngine(c, std::move(m).value(), *testing::EngineTokenizer());
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return std::move(e).value();
+  };
+  auto plain = make(nullptr);
+  auto want = RunAll(*plain, prompts, 4);
+  plain->Shutdown();
+  auto e = make(Open(uri));
+  auto got = RunAll(*e, prompts, 4);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i].error, "") << "stream " << i;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "stream " << i;
+  }
+  Stats s = e->GetStats();
+  EXPECT_GE(s.kv_store_fetches, 8u);
+  EXPECT_GE(s.kv_store_fetch_blocks, 8u * 2);
+  EXPECT_GE(s.prefix_hit_tokens_store, 8u * 2 * 128);
+  EXPECT_EQ(s.kv_store_fetch_timeouts, 0u);
+  EXPECT_EQ(s.kv_blocks_used, 0u) << "every block released";
+  e->Shutdown();
 }
 
 }  // namespace

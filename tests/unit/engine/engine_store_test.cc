@@ -19,16 +19,8 @@
 namespace ladle::engine {
 namespace {
 
-struct Dir {
-  std::string path;
-  Dir() {
-    const char* base = std::getenv("TMPDIR");
-    path = std::string(base ? base : "/tmp") + "/ladle-engine-store-" + std::to_string(::getpid()) + "-" +
-           std::to_string(reinterpret_cast<uintptr_t>(this));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~Dir() { std::filesystem::remove_all(path); }
+struct Dir : testing::TempDir {
+  Dir() : TempDir("engine-store") {}
 };
 
 std::vector<TokenId> Prompt(int len) {

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -13,6 +16,22 @@
 #include "ladle/tokenizer/tokenizer.h"
 
 namespace ladle::engine::testing {
+
+// A fresh directory under $TMPDIR (default /tmp), named by `tag`, the pid and the object, and
+// removed with it.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& tag) {
+    const char* base = std::getenv("TMPDIR");
+    path = std::string(base ? base : "/tmp") + "/ladle-" + tag + "-" + std::to_string(::getpid()) + "-" +
+           std::to_string(reinterpret_cast<uintptr_t>(this));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 inline std::string EngineTokenizerPath() {
   if (const char* v = std::getenv("LADLE_TOKENIZER")) return v;
