@@ -110,14 +110,16 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Create(const ModelConfig
   if (ep.window_steps == 0) return InvalidArgument("expert parallel: the load window must be >= 1 step");
   if (ep.router_skew < 0) return InvalidArgument("expert parallel: router skew must be >= 0");
   if (layers.empty()) return InvalidArgument("expert parallel: the model has no MoE layers");
-  LADLE_ASSIGN_OR_RETURN(auto probe, eplb::MakeReplicaPolicy(ep.replica_policy));
-  (void)probe;
   LADLE_ASSIGN_OR_RETURN(eplb::PlacementPolicy pp, eplb::ParsePlacementPolicy(ep.placement_policy));
 
   std::unique_ptr<ExpertParallel> x(new ExpertParallel(c, std::move(layers), ep));
   const uint32_t L = static_cast<uint32_t>(x->layers_.size()), E = static_cast<uint32_t>(c.experts);
   const uint32_t R = static_cast<uint32_t>(ep.ranks);
   x->placement_policy_ = pp;
+  for (uint32_t l = 0; l < L; ++l) {  // also rejects an unknown policy name before any allocation
+    LADLE_ASSIGN_OR_RETURN(auto p, eplb::MakeReplicaPolicy(ep.replica_policy));
+    x->policies_.push_back(std::move(p));
+  }
   x->placement_cfg_ = {eplb::PhysicalExpertCount(E, static_cast<uint32_t>(ep.redundant_per_rank), R),
                        static_cast<uint32_t>(ep.num_groups), static_cast<uint32_t>(ep.num_nodes), R};
   x->slots_per_rank_ = x->placement_cfg_.num_physical / R;
@@ -153,10 +155,6 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Create(const ModelConfig
   st->placement = std::move(first);
   x->state_ = std::move(st);
 
-  for (uint32_t l = 0; l < L; ++l) {
-    LADLE_ASSIGN_OR_RETURN(auto p, eplb::MakeReplicaPolicy(ep.replica_policy));
-    x->policies_.push_back(std::move(p));
-  }
   x->policy_mu_ = std::make_unique<std::mutex[]>(L);
   x->step_expert_tokens_ = std::make_unique<std::atomic<uint64_t>[]>(size_t{L} * E);
   x->step_rank_tokens_ = std::make_unique<std::atomic<uint64_t>[]>(size_t{L} * R);
@@ -485,29 +483,26 @@ void ExpertParallel::GetStats(ExpertParallelStats* out) const {
   const uint64_t n = std::min<uint64_t>(recorded_steps_, kRecentSteps);
   out->recent_steps = n;
   out->moe_lb_per_layer.assign(L, 1.0);
-  double sum = 0, sum_static = 0, worst = 1.0;
-  std::vector<double> ranks(R), busy(R, 0.0), experts(E);
+  double sum = 0, worst = 1.0;
+  std::vector<double> ranks(R), busy(R, 0.0);
+  eplb::ExpertLoads experts(L, E);  // the same tokens, for the layout without EPLB
   for (uint32_t l = 0; l < L; ++l) {
     std::fill(ranks.begin(), ranks.end(), 0.0);
-    std::fill(experts.begin(), experts.end(), 0.0);
     for (uint64_t i = 0; i < n; ++i) {
       for (uint32_t r = 0; r < R; ++r) ranks[r] += static_cast<double>(recent_rank_[(i * L + l) * R + r]);
-      for (uint32_t e = 0; e < E; ++e) experts[e] += static_cast<double>(recent_expert_[(i * L + l) * E + e]);
+      for (uint32_t e = 0; e < E; ++e) experts.At(l, e) += static_cast<double>(recent_expert_[(i * L + l) * E + e]);
     }
     const double lb = eplb::MoeLb(ranks);
     out->moe_lb_per_layer[l] = lb;
     worst = std::max(worst, lb);
     sum += lb;
-    std::fill(ranks.begin(), ranks.end(), 0.0);  // no EPLB: expert e on rank floor(e R / E)
-    for (uint32_t e = 0; e < E; ++e) ranks[uint64_t{e} * R / E] += experts[e];
-    sum_static += eplb::MoeLb(ranks);
   }
   for (uint64_t i = 0; i < n; ++i) {
     for (uint32_t r = 0; r < R; ++r) busy[r] += static_cast<double>(recent_busy_ns_[i * R + r]);
   }
   out->moe_lb_max = worst;
   out->moe_lb_mean = sum / L;
-  out->moe_lb_static = sum_static / L;
+  out->moe_lb_static = eplb::MeasureMoeLbWithoutEplb(experts, R).mean;
   out->moe_lb_wall = eplb::MoeLb(busy);
 }
 
