@@ -58,6 +58,8 @@ struct ServeOpts {
   bool kv_store_no_read = false;
   bool exact_replay = false;
   int64_t kv_fetch_deadline_ms = 200;
+  int64_t swa_pool_mb = 256;
+  int64_t swa_ttl_s = 180;
   // Expert parallelism (docs/eplb.md); -1: the phase's default (prefill: 4 redundant per rank,
   // window 100, every 1,000 steps; decode: 1, 1,000, 10,000).
   int ep = 0;
@@ -200,6 +202,8 @@ int RunServe(const ServeOpts& opts) {
   ec.max_model_len = opts.max_model_len;
   ec.eos_logit_bias = static_cast<float>(opts.eos_logit_bias);
   ec.exact_replay = opts.exact_replay;
+  ec.swa_pool_bytes = static_cast<uint64_t>(opts.swa_pool_mb) << 20;
+  ec.swa_ttl_ms = opts.swa_ttl_s * 1000;
   if (!opts.model.empty()) {
     // The config alone does not tell two checkpoints apart: add the weight files' names and
     // sizes, so blocks of different weights never share store keys.
@@ -363,6 +367,12 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_flag("--exact-replay", opts->exact_replay,
                 "on a prefix hit, rebuild the SWA ring by replaying the whole prefix (exact) instead of its last 128 "
                 "tokens (Encoder SWA Bounded Replay)");
+  cmd->add_option("--swa-pool-mb", opts->swa_pool_mb,
+                  "SWA KVCache host pool: window snapshots at block boundaries, so a prompt extending an earlier one "
+                  "skips its whole prefix exactly (0: off; hits then replay the last 128 tokens)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--swa-ttl-s", opts->swa_ttl_s, "lifetime of an SWA KVCache entry")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--chunk-policy", opts->chunk_policy, "chunked prefill: time or fixed")->capture_default_str();
   cmd->add_option("--cost-model", opts->cost_model, "cost model file (loaded if present, else profiled and saved)");
   cmd->add_flag("--no-async", opts->no_async, "turn off asynchronous scheduling");

@@ -21,14 +21,13 @@ BlockHash HashBlock(const BlockHash* parent, std::span<const TokenId> tokens, st
 //     named), or in use (refcount > 0); so free_ + evictable_ + used_ == num_blocks;
 //   * in_lru_[b] <=> b is in evictable_; a named block and its hash map to each other;
 //   * a slot is either in free_slots_ or handed out, never both (slot_used_).
-BlockManager::BlockManager(int num_blocks, int num_slots, int block_size, std::shared_ptr<BlockTier> tier)
+BlockManager::BlockManager(int num_blocks, int num_slots, int block_size)
     : block_size_(block_size),
       refcount_(num_blocks, 0),
       hash_of_(num_blocks, kUnnamed),
       lru_pos_(num_blocks),
       in_lru_(num_blocks, false),
-      slot_used_(num_slots, false),
-      tier_(std::move(tier)) {
+      slot_used_(num_slots, false) {
   LADLE_CHECK(num_blocks >= 0 && num_slots >= 0 && block_size > 0);
   // Hand out low ids first (pop_back): easier to read in traces.
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -53,7 +52,6 @@ int32_t BlockManager::Allocate() {
     evictable_.pop_front();
     LADLE_CHECK(refcount_[b] == 0 && in_lru_[b] && Named(hash_of_[b]));
     in_lru_[b] = false;
-    if (tier_) tier_->Offer(hash_of_[b], b);
     Unname(b);
   } else {
     return -1;
@@ -102,20 +100,9 @@ std::vector<int32_t> BlockManager::Match(std::span<const BlockHash> hashes) {
   std::vector<int32_t> out;
   for (const BlockHash& h : hashes) {
     auto it = by_hash_.find(h);
-    if (it != by_hash_.end()) {
-      Ref(it->second);
-      out.push_back(it->second);
-      continue;
-    }
-    if (!tier_) break;
-    int32_t b = Allocate();
-    if (b < 0) break;
-    if (!tier_->Fetch(h, b)) {
-      Release(b);
-      break;
-    }
-    Register(b, h);
-    out.push_back(b);
+    if (it == by_hash_.end()) break;
+    Ref(it->second);
+    out.push_back(it->second);
   }
   return out;
 }

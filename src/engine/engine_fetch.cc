@@ -144,7 +144,8 @@ void EngineImpl::InstallFetched(Seq* s, Batch* b) {
     if (blk < 0) break;  // the pool is full: the rest recomputes
     blocks_.Register(blk, h);
     held.push_back(blk);
-    b->installs.emplace_back(blk, std::make_shared<std::vector<uint8_t>>(std::move(f->values[i])));
+    auto buf = std::make_shared<std::vector<uint8_t>>(std::move(f->values[i]));
+    b->installs.push_back({blk, std::span<const uint8_t>(*buf), buf});
     ++installed;
   }
   blocks_.ReleaseAll(&held);

@@ -41,7 +41,7 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
       admission_(std::move(admission)),
       preemption_(std::move(preemption)),
       cost_(cost),
-      blocks_(config_.num_blocks, config_.max_running, model_->config().block_size, config_.tier),
+      blocks_(config_.num_blocks, config_.max_running, model_->config().block_size),
       seed_state_(config_.seed) {
   vocab_ = static_cast<size_t>(model_->config().vocab_size);
   valid_vocab_ = std::min(vocab_, tok_.VocabSize());
@@ -50,6 +50,13 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
   key_extras_.push_back({kvcache::ExtraTag::kModel,
                          config_.model_fingerprint.empty() ? ModelFingerprint(model_->config()) : config_.model_fingerprint});
   if (config_.cache_salt != 0) key_extras_.push_back({kvcache::ExtraTag::kCacheSalt, std::to_string(config_.cache_salt)});
+  // The SWA pool serves prefix hits only: without the prefix cache nothing would read it.
+  if (config_.prefix_cache) {
+    swa_pool_ = config_.swa_pool;
+    if (!swa_pool_ && config_.swa_pool_bytes > 0) {
+      swa_pool_ = std::make_shared<SwaPool>(SwaPoolOptions{config_.swa_pool_bytes, config_.swa_ttl_ms});
+    }
+  }
   device_ = std::make_unique<Device>();
   fetch_inbox_->wake = [this] {
     {
@@ -125,6 +132,22 @@ Stats EngineImpl::GetStats() const {
   s.kv_store_fetch_blocks = stat_fetch_blocks_.load();
   s.kv_store_fetch_timeouts = stat_fetch_timeouts_.load();
   s.kv_store_fetch_seconds_total = static_cast<double>(stat_fetch_ns_.load()) / 1e9;
+  s.kv_loading = stat_loading_.load();
+  s.swa_hits = stat_swa_hits_.load();
+  s.swa_misses = stat_swa_misses_.load();
+  s.replayed_tokens = stat_replayed_.load();
+  if (swa_pool_) {
+    const SwaPoolStats p = swa_pool_->Stats();
+    s.swa_pool_entries = p.entries;
+    s.swa_pool_bytes = p.bytes;
+    s.swa_pool_stored = p.stored;
+    s.swa_pool_expired = p.expired;
+    s.swa_pool_evicted = p.evicted;
+  }
+  const SwapIn::Totals t = swap_in_->totals();
+  s.swap_in_copy_seconds_total = static_cast<double>(t.copy_ns) / 1e9;
+  s.swap_in_exposed_seconds_total = static_cast<double>(t.exposed_ns) / 1e9;
+  s.swap_in_copies = t.copies;
   s.expert_parallel = model_->GetExpertParallelStats(&s.ep);
   return s;
 }
@@ -200,6 +223,9 @@ void EngineImpl::CancelRequest(RequestId id) {
 
 void EngineImpl::FinishSeq(Seq* s, FinishKind kind, TokenEvent* last, std::string matched, std::string error) {
   if (s->state == Seq::State::kFinished) return;
+  // The decode copy area's most recent copy outlives the request (the next turn hits it).
+  if (s->swa_last_copy && kind != FinishKind::kError) StoreSwa(s, *s->swa_last_copy);
+  s->swa_last_copy.reset();
   // Free at once: launched work that still touches these blocks runs before any later
   // owner's (the device is FIFO), so reuse is safe immediately.
   blocks_.ReleaseAll(&s->blocks);
@@ -330,10 +356,6 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
         const auto t0 = Clock::now();
         StartMasks(b);
         for (int32_t slot : b->resets) kv_->ResetSlot(slot);
-        for (auto& [block, bytes] : b->installs) {
-          // Sized and checked when installed; a failure here is a storage bug, not a miss.
-          LADLE_CHECK(kv_->WriteBlock(block, *bytes));
-        }
         for (auto [from, to] : b->copies) kv_->CopySlot(from, to);
         std::vector<SeqStep> steps;
         steps.reserve(b->entries.size());
@@ -347,9 +369,15 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
           st.swa_slot = e.slot;
           st.prefill = !e.decode;
           st.want_logits = e.sample;
+          st.swa_capture = e.swa_capture.get();
           steps.push_back(st);
         }
+        // Fetched blocks and SWA entries are copied in while the forward runs; the steps that
+        // read them wait per layer (SeqStep::ready), and the task waits for every copy before
+        // it ends, so the next batch never sees a copy in flight.
+        const bool swapping = StartSwapIn(b.get(), &steps);
         if (!steps.empty()) b->status = model_->Forward(steps, *kv_, &b->logits);
+        if (swapping) swap_in_->WaitAll();
         b->record.forward_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
       },
       after_gap);
@@ -446,6 +474,7 @@ void EngineImpl::PostProcess(const std::shared_ptr<Batch>& b) {
       FinishSeq(s, FinishKind::kError, nullptr, "", b->status.ToString());
       continue;
     }
+    OnSwaDone(s, e);  // before AcceptToken, which may finish (and store) the sequence
     if (e.sample) AcceptToken(s, e.result);
     RegisterBlocks(s);
   }
@@ -458,6 +487,7 @@ void EngineImpl::PostProcess(const std::shared_ptr<Batch>& b) {
 void EngineImpl::PublishStats() {
   stat_running_ = running_.size();
   stat_blocks_used_ = static_cast<size_t>(blocks_.used_blocks());
+  stat_loading_ = fetches_inflight_;
 }
 
 void EngineImpl::Loop() {

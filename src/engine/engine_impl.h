@@ -20,7 +20,9 @@
 #include "ladle/engine/kv_hit_policy.h"
 #include "ladle/engine/sampler.h"
 #include "ladle/engine/scheduler_policies.h"
+#include "ladle/engine/swa_pool.h"
 #include "stop_checker.h"
+#include "swap_in.h"
 
 namespace ladle::engine {
 
@@ -96,6 +98,13 @@ struct Seq {
   std::shared_ptr<Fetch> fetch;
   bool fetch_tried = false;
   size_t pool_prefix = 0, store_blocks = 0;
+  // SWA KVCache (engine_swa.cc): the prefill's anchor (-1: none), its snapshot once taken
+  // (stored when the prefill's last chunk is done), the decode copy area and its latest copy
+  // (stored at request end).
+  int64_t swa_anchor = -1;
+  std::shared_ptr<SwaCapture> swa_prefill_cap;
+  std::optional<SwaDecodeCopier> swa_copier;
+  std::shared_ptr<SwaCapture> swa_last_copy;
 };
 
 struct Entry {
@@ -109,6 +118,7 @@ struct Entry {
   int32_t slot = -1;
   bool sample = false;
   Sampled result;
+  std::shared_ptr<SwaCapture> swa_capture;  // filled by the forward (SeqStep::swa_capture)
 };
 
 // The batch's masks, filled on the shared pool while the device runs the forward; the
@@ -133,9 +143,22 @@ struct Batch {
   std::vector<Entry> entries;
   std::vector<int32_t> resets;                       // ResetSlot before the forward (new owners)
   std::vector<std::pair<int32_t, int32_t>> copies;  // CopySlot(from, to) before the forward
-  // WriteBlock(block, bytes) before the forward: blocks fetched from the store, already named
-  // in the pool (a sequence of this batch may read them).
-  std::vector<std::pair<int32_t, std::shared_ptr<std::vector<uint8_t>>>> installs;
+  // Swap-in, overlapped with this batch's forward (SwapIn): WriteBlock(block, bytes) of blocks
+  // fetched from the store, already named in the pool (a sequence of this batch may read
+  // them), and WriteSwa(slot, anchor, bytes) of SWA entries hit in the host pool. `keep` owns
+  // the bytes (a host buffer or a pinned shm slot) until the copy is done.
+  struct Install {
+    int32_t block = -1;
+    std::span<const uint8_t> bytes;
+    std::shared_ptr<void> keep;
+  };
+  std::vector<Install> installs;
+  struct SwaRestore {
+    int32_t slot = -1;
+    int64_t anchor = 0;
+    std::shared_ptr<const std::vector<uint8_t>> bytes;
+  };
+  std::vector<SwaRestore> swa_restores;
   std::vector<float> logits;
   Status status;
   StepRecord record;
@@ -212,6 +235,20 @@ class EngineImpl : public Engine {
   void StartFetch(Seq* s, size_t first, size_t full);
   void InstallFetched(Seq* s, Batch* b);
   void HashPrefix(Seq* s, int64_t blocks);
+  // SWA KVCache (engine_swa.cc). DecideWithSwa: the hit policy for a sequence whose pool hit is
+  // `kv_written` tokens, with the SWA entry to restore on an SWA hit (and the prefill anchor). PlanSwaCapture:
+  // asks the entry's forward for a snapshot where one is due. OnSwaDone: after the entry's
+  // batch, keeps or stores the snapshot. StoreSwa: puts a snapshot in the pool.
+  HitDecision DecideWithSwa(Seq* s, int64_t kv_written, std::shared_ptr<const std::vector<uint8_t>>* entry);
+  void PlanSwaCapture(Seq* s, Entry* e);
+  void OnSwaDone(Seq* s, const Entry& e);
+  void StoreSwa(Seq* s, const SwaCapture& c);
+  // Device thread: starts the batch's swap-in and marks the steps that must wait for it.
+  bool StartSwapIn(Batch* b, std::vector<SeqStep>* steps);
+  std::shared_ptr<SwaPool> swa_pool_;
+  std::unique_ptr<SwapIn> swap_in_ = std::make_unique<SwapIn>();
+  std::atomic<uint64_t> stat_swa_hits_{0}, stat_swa_misses_{0}, stat_replayed_{0};
+  std::atomic<size_t> stat_loading_{0};
   std::shared_ptr<FetchInbox> fetch_inbox_ = std::make_shared<FetchInbox>();
   bool fetch_ready_ = false;  // mu_: a completion arrived since the scheduler last looked
   size_t fetches_inflight_ = 0;

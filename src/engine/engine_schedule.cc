@@ -36,6 +36,8 @@ void EngineImpl::Preempt(Seq* s) {
   s->computed = 0;
   s->kv_written = 0;
   s->registered = 0;
+  s->swa_prefill_cap.reset();  // re-prefilled from 0: a new anchor and copy area
+  s->swa_copier.reset();
   std::erase_if(running_, [&](const auto& p) { return p.get() == s; });
   for (auto& sp : requests_[s->req->id])
     if (sp.get() == s) waiting_.push_front(sp);
@@ -107,6 +109,7 @@ bool EngineImpl::ScheduleDecode(const std::shared_ptr<Seq>& sp, Batch* b, std::v
   e.table = s->blocks;
   e.slot = s->slot;
   e.sample = true;
+  PlanSwaCapture(s, &e);
   b->entries.push_back(std::move(e));
   s->computed += 1;
   s->sampled += 1;
@@ -136,6 +139,7 @@ void EngineImpl::AddPrefillChunk(const std::shared_ptr<Seq>& sp, int64_t q, Batc
     s->decoding = true;
     s->sampled += 1;
   }
+  PlanSwaCapture(s, &e);
   b->entries.push_back(std::move(e));
   b->record.prefills += 1;
   b->record.prefill_tokens += q;
@@ -181,14 +185,17 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
       hit = blocks_.Match(std::span<const BlockHash>(s->hashes).first(full));
     }
     const int64_t kv_written = static_cast<int64_t>(hit.size()) * block_size_;
-    // No SWA state is kept across sequences yet, so every hit is an SWA miss and backs off one
-    // window: those tokens are recomputed only to rebuild the ring, reading the shared blocks'
+    // Recipe "Hit policy": with the SWA entry at L1 in the host pool the whole prefix is
+    // skipped exactly (its ring restored by a swap-in copy); without, the hit backs off one
+    // window, whose tokens are recomputed only to rebuild the ring, reading the shared blocks'
     // global KV without rewriting it (Encoder SWA Bounded Replay).
-    const HitDecision hd = DecideHit(swa_, s->target, kv_written, /*swa_has=*/nullptr);
+    std::shared_ptr<const std::vector<uint8_t>> swa_entry;
+    const HitDecision hd = DecideWithSwa(s, kv_written, &swa_entry);
     LADLE_CHECK(hd.block_reused == kv_written);
-    // Exact replay recomputes the whole prefix through the encoder (the ring then matches a
-    // cold run's); the blocks' global KV is reused either way.
-    const int64_t cached = config_.exact_replay ? 0 : hd.hit;
+    // Exact replay recomputes the whole prefix through the encoder on an SWA miss (the ring
+    // then matches a cold run's); the blocks' global KV is reused either way.
+    const bool replay_all = config_.exact_replay && !hd.swa_hit;
+    const int64_t cached = replay_all ? 0 : hd.hit;
     StepBudget trial = *budget;
     const int64_t q = chunk_->Take(s->target - cached, cached, &trial);
     v.available_blocks = blocks_.available_blocks();
@@ -199,13 +206,18 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
     }
     s->slot = blocks_.AllocateSlot();
     b->resets.push_back(s->slot);  // a new owner must not see the previous one's window
+    if (swa_entry) b->swa_restores.push_back({s->slot, hd.hit, std::move(swa_entry)});
+    if (hd.block_reused > 0) {
+      ++(hd.swa_hit ? stat_swa_hits_ : stat_swa_misses_);
+      stat_replayed_ += static_cast<uint64_t>(replay_all ? kv_written : hd.replayed());
+    }
     s->blocks = std::move(hit);
     s->computed = cached;
     s->kv_written = kv_written;
     s->registered = s->blocks.size();
     // Reported as cached: prompt tokens not recomputed, or with exact replay those whose KV
     // was reused.
-    const int64_t reused = config_.exact_replay ? kv_written : cached;
+    const int64_t reused = replay_all ? kv_written : cached;
     if (s->req->counted_queued) {
       s->req->counted_queued = false;
       s->req->cached_tokens = reused;
@@ -306,7 +318,7 @@ std::shared_ptr<Batch> EngineImpl::Schedule() {
   b->record.step = b->step;
   if (config_.chunk_policy == "time") b->record.budget_ns = static_cast<double>(config_.step_budget_ns);
   for (auto& r : running_) RegisterBlocks(r.get());
-  if (b->entries.empty() && b->copies.empty() && b->resets.empty() && b->installs.empty()) {
+  if (b->entries.empty() && b->copies.empty() && b->resets.empty() && b->installs.empty() && b->swa_restores.empty()) {
     if (inflight_.empty() && running_.size() > 1) {
       // Nothing could run and nothing is in flight: every running sequence is a prompt
       // waiting for blocks that the others hold (admission only reserves a first chunk).

@@ -120,6 +120,21 @@ std::string Metrics::Render(const engine::Stats& stats) {
   gauge("ladle_kv_store_fetch_timeouts_total", "counter", "Store reads cut by their deadline (the rest recomputed).",
         stats.kv_store_fetch_timeouts);
   gauge("ladle_kv_store_fetch_seconds_total", "counter", "Time store reads took, summed.", stats.kv_store_fetch_seconds_total);
+  gauge("ladle_kv_loading", "gauge", "Requests waiting for their prefix blocks to arrive from the store.", stats.kv_loading);
+  gauge("ladle_swa_hits_total", "counter", "Prefix hits whose SWA KVCache entry was in the host pool (prefix skipped exactly).",
+        stats.swa_hits);
+  gauge("ladle_swa_misses_total", "counter", "Prefix hits without an SWA entry (the last window replayed).", stats.swa_misses);
+  gauge("ladle_replayed_tokens_total", "counter", "Prompt tokens recomputed only to rebuild the SWA ring.", stats.replayed_tokens);
+  gauge("ladle_swa_pool_entries", "gauge", "SWA KVCache entries in the host pool.", stats.swa_pool_entries);
+  gauge("ladle_swa_pool_bytes", "gauge", "Bytes of SWA KVCache entries in the host pool.", stats.swa_pool_bytes);
+  gauge("ladle_swa_pool_stored_total", "counter", "SWA KVCache entries stored.", stats.swa_pool_stored);
+  gauge("ladle_swa_pool_expired_total", "counter", "SWA KVCache entries dropped by their TTL.", stats.swa_pool_expired);
+  gauge("ladle_swa_pool_evicted_total", "counter", "SWA KVCache entries evicted for room.", stats.swa_pool_evicted);
+  gauge("ladle_swap_in_copies_total", "counter", "Blocks and SWA entries copied into the KV storage during forwards.",
+        stats.swap_in_copies);
+  gauge("ladle_swap_in_copy_seconds_total", "counter", "Time swap-in copies took.", stats.swap_in_copy_seconds_total);
+  gauge("ladle_swap_in_exposed_seconds_total", "counter",
+        "Swap-in copy time a forward waited through (not hidden behind compute).", stats.swap_in_exposed_seconds_total);
   gauge("ladle_generation_tokens_per_second", "gauge", "Generated tokens per second between scrapes.", tokens_per_s_);
   // The Prometheus client libraries' name, so dashboards and the load test find it.
   gauge("process_resident_memory_bytes", "gauge", "Resident memory of the server process.", ResidentBytes());

@@ -305,7 +305,25 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
     RespondError(api, ErrorFor(api, gen.status()), rid, keep_alive);
     return;
   }
+  // The KV store's traffic class (TTL) of this request's blocks: the x-ladle-traffic-class
+  // header, else metadata.ladle_traffic_class, else chatbot.
+  std::string traffic(req["x-ladle-traffic-class"]);
+  const char* traffic_from = "header x-ladle-traffic-class";
+  if (traffic.empty() && request.metadata.is_object()) {
+    if (const json::Value* t = request.metadata.Find("ladle_traffic_class"); t != nullptr && t->is_string()) {
+      traffic = t->as_string();
+      traffic_from = "metadata.ladle_traffic_class";
+    }
+  }
+  if (!traffic.empty() && traffic != "agent" && traffic != "chatbot") {
+    server_.Release();
+    RespondError(api, ErrorFor(api, InvalidArgument(fmt::format("{}: unknown traffic class '{}' (use agent or chatbot)",
+                                                                traffic_from, LogSafe(traffic)))),
+                 rid, keep_alive);
+    return;
+  }
   Launch l;
+  l.agent_traffic = traffic == "agent";
   l.api = api;
   l.stream = request.stream;
   l.keep_alive = keep_alive;
@@ -375,6 +393,7 @@ void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
   submit.prompt = std::move(l.prompt);
   submit.sampling = std::move(l.sampling);
   submit.mask = std::move(constraint.mask);
+  submit.agent_traffic = l.agent_traffic;
   // The sink runs on the engine thread: queue the output and wake the strand once per batch.
   auto sink = [self = shared_from_this(), queue = active_->queue](const engine::Output& out) {
     bool post = false;

@@ -88,6 +88,7 @@ class Session : public std::enable_shared_from_this<Session> {
     uint64_t owner = 0;
     std::string response_id;
     json::Value store_input;
+    bool agent_traffic = false;  // the store's traffic class of its KV blocks
   };
 
   void DoRead();

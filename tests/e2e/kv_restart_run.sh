@@ -70,6 +70,34 @@ kill -TERM "$pid"; wait "$pid" || { echo "server b did not exit 0 on SIGTERM" >&
 start "$work/c.log"
 ask "$port" "$work/c.json"
 hit_c=$(metric "$port" ladle_prefix_hit_tokens_store_total)
+# The traffic class (the store's TTL class) from the header or metadata.ladle_traffic_class; an
+# unknown class is a 400 in the API's shape.
+python3 - "$port" <<'PY'
+import json, sys, urllib.request, urllib.error
+port = sys.argv[1]
+def post(body, headers={}):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+text = " ".join(f"Agent step {i}: an agent's blocks live three days in the store, a chat's seven." for i in range(30))
+msg = lambda t: {"model": "ladle", "max_tokens": 2, "messages": [{"role": "user", "content": t}]}
+st, _ = post(msg(text), {"x-ladle-traffic-class": "agent"})
+assert st == 200, st
+st, _ = post({**msg("metadata " + text), "metadata": {"ladle_traffic_class": "agent"}})
+assert st == 200, st
+st, err = post({**msg("x"), "metadata": {"ladle_traffic_class": "batch"}})
+assert st == 400 and err["error"]["type"] == "invalid_request_error" and "traffic class" in err["error"]["message"], (st, err)
+PY
+for _ in $(seq 1 100); do
+  agent=$(metric "$port" ladle_kv_store_writes_agent_total)
+  [[ "${agent%.*}" -ge 4 ]] && break
+  sleep 0.1
+done
+[[ "${agent%.*}" -ge 4 ]] || { echo "agent-class writes: $agent, want >= 4 (two agent prompts of 2+ blocks)" >&2; exit 1; }
 kill -TERM "$pid"; wait "$pid" || { echo "server c did not exit 0 on SIGTERM" >&2; exit 1; }
 pids=()
 

@@ -21,18 +21,10 @@
 
 namespace ladle::engine {
 
-// A store below the pool (e.g. a persistent block store, as the recipe's 3FS tier). The pool
-// asks it on a miss and offers it blocks it is about to evict; the scheduler never sees it.
+// A block's name in the pool is its key in the persistent store (the same 128-bit chain key).
+// The store is not reached from here: the engine matches, fetches and installs store blocks
+// asynchronously (engine_fetch.cc), so the pool never blocks on storage I/O.
 using BlockHash = kvcache::BlockKey;
-
-class BlockTier {
- public:
-  virtual ~BlockTier() = default;
-  // Pool miss for `hash`: if the tier holds that block it fills `block` and returns true.
-  virtual bool Fetch(const BlockHash& hash, int32_t block) = 0;
-  // A complete block is leaving the pool (evicted for reuse): last chance to persist it.
-  virtual void Offer(const BlockHash& hash, int32_t block) = 0;
-};
 
 // kvcache::ChainKey(parent, tokens, extras): XXH3-128 with a fixed seed over the parent key, the
 // block's tokens and the tagged extras (model fingerprint, cache salt, tenant). `parent` is null
@@ -41,7 +33,7 @@ BlockHash HashBlock(const BlockHash* parent, std::span<const TokenId> tokens, st
 
 class BlockManager {
  public:
-  BlockManager(int num_blocks, int num_slots, int block_size, std::shared_ptr<BlockTier> tier = nullptr);
+  BlockManager(int num_blocks, int num_slots, int block_size);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return static_cast<int>(refcount_.size()); }
@@ -61,7 +53,7 @@ class BlockManager {
   int refcount(int32_t block) const { return refcount_[block]; }
 
   // Longest run of cached blocks whose chain hashes are `hashes[0..]`, each returned with a
-  // reference taken. Asks the tier on the first pool miss.
+  // reference taken.
   std::vector<int32_t> Match(std::span<const BlockHash> hashes);
   // Names a full, computed block so later prompts can share it. A hash already cached keeps
   // its first block (the duplicate stays private).
@@ -85,7 +77,6 @@ class BlockManager {
   std::vector<int32_t> free_slots_;
   std::vector<bool> slot_used_;  // handed out by AllocateSlot and not yet freed
   int used_ = 0;
-  std::shared_ptr<BlockTier> tier_;
 };
 
 }  // namespace ladle::engine

@@ -89,6 +89,17 @@ struct Stats {
   uint64_t prefix_hit_tokens_store = 0;
   uint64_t kv_store_fetches = 0, kv_store_fetch_blocks = 0, kv_store_fetch_timeouts = 0;
   double kv_store_fetch_seconds_total = 0;
+  // Sequences waiting for a fetch (the "loading" state), now.
+  size_t kv_loading = 0;
+  // The SWA KVCache host pool (EngineConfig::swa_pool) and the hit policy: prefix hits whose
+  // SWA entry existed (the whole prefix skipped exactly) or not (the last window replayed),
+  // tokens replayed, and the pool's entries, bytes, stores, expiries and evictions.
+  uint64_t swa_hits = 0, swa_misses = 0, replayed_tokens = 0;
+  uint64_t swa_pool_entries = 0, swa_pool_bytes = 0, swa_pool_stored = 0, swa_pool_expired = 0, swa_pool_evicted = 0;
+  // Swap-in (blocks and SWA entries copied into the KV storage while the forward runs): copy
+  // time, the part of it a forward had to wait for, and the copies.
+  double swap_in_copy_seconds_total = 0, swap_in_exposed_seconds_total = 0;
+  uint64_t swap_in_copies = 0;
   double device_idle_fraction = 0.0;
   // The model's EP ranks (Model::ConfigureExpertParallel), when it has them.
   bool expert_parallel = false;

@@ -12,6 +12,7 @@
 #include "ladle/engine/block_manager.h"
 #include "ladle/engine/engine.h"
 #include "ladle/engine/model.h"
+#include "ladle/engine/swa_pool.h"
 #include "ladle/tokenizer/tokenizer.h"
 
 namespace ladle::engine {
@@ -69,7 +70,6 @@ struct EngineConfig {
   uint64_t seed = 0x1ad1e;  // seeds requests that carry no seed of their own
   int64_t shutdown_deadline_ms = 30'000;
 
-  std::shared_ptr<BlockTier> tier;  // optional store below the block pool
   // Optional persistent block store (kvcache, the recipe's 3FS role): every full block a
   // forward computes (prefill and decode) is written to it asynchronously, in the request's
   // traffic class, as a chain piece linked to the sequence's previous block. A write never
@@ -92,6 +92,18 @@ struct EngineConfig {
   // tokens with truncated attention (Encoder SWA Bounded Replay). For tests and to measure the
   // approximation; costs the prefix's encoder compute.
   bool exact_replay = false;
+  // The SWA KVCache host pool (recipe "SWA KVCache"): snapshots of a sequence's SWA state at
+  // block boundaries (after prefill at (end − 1) rounded down to a block; during decode at each
+  // block crossing, the latest stored at request end), bounded, expiring after swa_ttl_ms. A
+  // prefix hit whose entry exists at L1 skips the whole prefix exactly; without one the last
+  // window is replayed. null: the engine makes a pool of swa_pool_bytes (0: no pool). Shared
+  // by handle, so engines of one process (DP ranks) can share one pool.
+  std::shared_ptr<SwaPool> swa_pool;
+  uint64_t swa_pool_bytes = 256ull << 20;
+  int64_t swa_ttl_ms = 180'000;
+  // Optional: where the pool's entries are recorded (key → holder), for a cluster's directory.
+  std::shared_ptr<SwaDirectory> swa_directory;
+  std::string swa_holder = "local";
   std::function<void(const StepRecord&)> on_step;  // optional; must not block
 };
 

@@ -107,6 +107,34 @@ class KvStorage {
   virtual size_t block_bytes() const { return 0; }
   virtual bool ReadBlock(int block, std::span<uint8_t> out) const { return false; }
   virtual bool WriteBlock(int block, std::span<const uint8_t> in) { return false; }
+  // Byte access to a slot's SWA state at a block boundary (the recipe's SWA KVCache entry):
+  // what a sequence at `anchor` needs of its ring to continue exactly as it would have, in one
+  // fixed layout. ReadSwa fails (false) when the ring no longer holds the whole window ending
+  // at `anchor`; WriteSwa makes `slot` a sequence at `anchor`. 0 / false where unsupported.
+  virtual size_t swa_bytes() const { return 0; }
+  virtual bool ReadSwa(int slot, int64_t anchor, std::span<uint8_t> out) const { return false; }
+  virtual bool WriteSwa(int slot, int64_t anchor, std::span<const uint8_t> in) { return false; }
+};
+
+// Asks a forward to snapshot the sequence's SWA state (KvStorage::ReadSwa's layout) at the
+// moment it reaches `anchor`, inside the step: a long prefill chunk overwrites the ring past
+// the anchor's window before the step ends, so the copy cannot be taken afterwards. `ok` says
+// whether the ring then held the whole window (it does not after a rollback or a replay that
+// started less than a window before the anchor).
+struct SwaCapture {
+  int64_t anchor = -1;
+  std::vector<uint8_t> bytes;
+  bool ok = false;
+};
+
+// Lets a forward start before the KV it reads has all been copied in (the recipe's
+// layer-overlapped swap-in): the model calls WaitLayer(l) before forward layer l (encoder
+// layers first, then decoder layers) first reads KV that may still be arriving; the engine's
+// swap-in thread returns once the copies layer l needs have landed. Must not throw.
+class KvReadyGate {
+ public:
+  virtual ~KvReadyGate() = default;
+  virtual void WaitLayer(int layer) = 0;
 };
 
 // One sequence's work in a forward pass.
@@ -124,6 +152,11 @@ struct SeqStep {
   int64_t kv_written = 0;
   int logits_count = 1;                    // with want_logits: rows for the last this-many
                                            // tokens, oldest first (verifying a draft span)
+  // Optional: snapshot the SWA state when the step passes swa_capture->anchor (the step must
+  // cover it: start_pos <= anchor <= start_pos + tokens.size()).
+  SwaCapture* swa_capture = nullptr;
+  // Optional: KV of this step that is still being swapped in (see KvReadyGate).
+  KvReadyGate* ready = nullptr;
 };
 
 class Model {
@@ -141,6 +174,12 @@ class Model {
   // want_logits, in order. Batch-invariant: a sequence's logits are bit-identical alone or
   // in any batch.
   virtual Status Forward(std::span<const SeqStep> batch, KvStorage& kv, std::vector<float>* logits) = 0;
+
+  // Whether Forward calls SeqStep::ready before each layer (else the engine finishes every
+  // swap-in copy before the forward starts), and the first forward layer that reads the global
+  // (block) KV, which a fetched block must reach before; SWA entries are needed from layer 0.
+  virtual bool honours_ready_gate() const { return false; }
+  virtual int global_kv_first_layer() const { return 0; }
 
   // Turns expert parallelism on (before the first Forward; not thread-safe with Forward).
   // kInvalidArgument for a bad shape or policy name; kUnsupported where a model has no EP.

@@ -10,6 +10,7 @@ namespace ladle::engine::model {
 ModelKvStorage::ModelKvStorage(const ModelConfig& c, int num_blocks, int num_slots)
     : config_(c), num_blocks_(num_blocks), num_slots_(num_slots), layers_(c.encoder_layers + c.decoder_layers) {
   size_t kv_dim = static_cast<size_t>(c.heads) * c.head_dim;
+  kv_dim_ = kv_dim;
   block_floats_ = 2 * static_cast<size_t>(c.block_size) * kv_dim;
   ring_layer_floats_ = static_cast<size_t>(c.swa_ring) * kv_dim;
   slot_floats_ = static_cast<size_t>(layers_) * 2 * ring_layer_floats_ + static_cast<size_t>(c.swa_ring) * c.hidden;
@@ -64,6 +65,74 @@ bool ModelKvStorage::WriteBlock(int block, std::span<const uint8_t> in) {
   LADLE_CHECK(block >= 0 && block < num_blocks_);
   if (in.size() != block_bytes()) return false;
   std::memcpy(GlobalK(block), in.data(), in.size());
+  return true;
+}
+
+size_t ModelKvStorage::swa_bytes() const {
+  return (static_cast<size_t>(config_.encoder_layers) * swa_layer_floats() +
+          static_cast<size_t>(config_.window) * config_.hidden) *
+         sizeof(float);
+}
+
+void ModelKvStorage::CaptureSwaLayer(int slot, int layer, int64_t anchor, uint8_t* dst) const {
+  const int R = config_.swa_ring, W = config_.window;
+  const float* k = SlotBase(slot) + static_cast<size_t>(layer) * 2 * ring_layer_floats_;
+  const float* v = k + ring_layer_floats_;
+  float* out = reinterpret_cast<float*>(dst) + static_cast<size_t>(layer) * swa_layer_floats();
+  for (int64_t p = anchor - W, i = 0; p < anchor; ++p, ++i) {
+    std::memcpy(out + static_cast<size_t>(i) * kv_dim_, k + static_cast<size_t>(p % R) * kv_dim_, kv_dim_ * sizeof(float));
+    std::memcpy(out + (static_cast<size_t>(W) + static_cast<size_t>(i)) * kv_dim_, v + static_cast<size_t>(p % R) * kv_dim_,
+                kv_dim_ * sizeof(float));
+  }
+}
+
+void ModelKvStorage::CaptureSwaHidden(int64_t anchor, const float* rows_from, int64_t rows_pos0, int slot,
+                                      uint8_t* dst) const {
+  const int R = config_.swa_ring, W = config_.window, H = config_.hidden;
+  const float* ring = SlotBase(slot) + static_cast<size_t>(layers_) * 2 * ring_layer_floats_;
+  float* out = reinterpret_cast<float*>(dst) + static_cast<size_t>(config_.encoder_layers) * swa_layer_floats();
+  for (int64_t p = anchor - W, i = 0; p < anchor; ++p, ++i) {
+    // Positions of this step come from its rows (the ring may already hold later ones).
+    const float* src = rows_from != nullptr && p >= rows_pos0 ? rows_from + static_cast<size_t>(p - rows_pos0) * H
+                                                              : ring + static_cast<size_t>(p % R) * H;
+    std::memcpy(out + static_cast<size_t>(i) * H, src, sizeof(float) * static_cast<size_t>(H));
+  }
+}
+
+bool ModelKvStorage::ReadSwa(int slot, int64_t anchor, std::span<uint8_t> out) const {
+  LADLE_CHECK(slot >= 0 && slot < num_slots_);
+  if (out.size() != swa_bytes() || config_.encoder_layers == 0) return false;
+  const RingRange& r = states_[static_cast<size_t>(slot)].encoder;
+  const int64_t lo = anchor - config_.window;
+  // The window must have been written by this slot's sequence and not yet overwritten.
+  if (lo < 0 || lo < r.lo || anchor > r.hi || r.hi - config_.swa_ring > lo) return false;
+  for (int l = 0; l < config_.encoder_layers; ++l) CaptureSwaLayer(slot, l, anchor, out.data());
+  CaptureSwaHidden(anchor, nullptr, 0, slot, out.data());
+  return true;
+}
+
+bool ModelKvStorage::WriteSwa(int slot, int64_t anchor, std::span<const uint8_t> in) {
+  LADLE_CHECK(slot >= 0 && slot < num_slots_);
+  const int R = config_.swa_ring, W = config_.window, H = config_.hidden;
+  if (in.size() != swa_bytes() || anchor < W || config_.encoder_layers == 0) return false;
+  const float* src = reinterpret_cast<const float*>(in.data());
+  for (int l = 0; l < config_.encoder_layers; ++l) {
+    float* k = RingK(slot, l);
+    float* v = RingV(slot, l);
+    const float* from = src + static_cast<size_t>(l) * swa_layer_floats();
+    for (int64_t p = anchor - W, i = 0; p < anchor; ++p, ++i) {
+      std::memcpy(k + static_cast<size_t>(p % R) * kv_dim_, from + static_cast<size_t>(i) * kv_dim_, kv_dim_ * sizeof(float));
+      std::memcpy(v + static_cast<size_t>(p % R) * kv_dim_, from + (static_cast<size_t>(W) + static_cast<size_t>(i)) * kv_dim_,
+                  kv_dim_ * sizeof(float));
+    }
+  }
+  const float* hid = src + static_cast<size_t>(config_.encoder_layers) * swa_layer_floats();
+  float* ring = HiddenRing(slot);
+  for (int64_t p = anchor - W, i = 0; p < anchor; ++p, ++i) {
+    std::memcpy(ring + static_cast<size_t>(p % R) * H, hid + static_cast<size_t>(i) * H, sizeof(float) * static_cast<size_t>(H));
+  }
+  // The encoder continues from the window; the decoder ring holds nothing of this sequence.
+  states_[static_cast<size_t>(slot)] = SlotState{{anchor - W, anchor}, {anchor, anchor}};
   return true;
 }
 

@@ -43,6 +43,18 @@ class ModelKvStorage final : public KvStorage {
   size_t block_bytes() const override { return block_floats_ * sizeof(float); }
   bool ReadBlock(int block, std::span<uint8_t> out) const override;
   bool WriteBlock(int block, std::span<const uint8_t> in) override;
+  // Per encoder layer, K then V of the window [anchor - window, anchor), oldest first; then the
+  // encoder output of the same positions. Only the encoder's state: the hit policy keeps at
+  // least ring (134) tokens after any anchor, and a prefill's decoder starts over the last
+  // window of the prompt from the encoder outputs, so it never reads a decoder ring entry from
+  // before the anchor.
+  size_t swa_bytes() const override;
+  bool ReadSwa(int slot, int64_t anchor, std::span<uint8_t> out) const override;
+  bool WriteSwa(int slot, int64_t anchor, std::span<const uint8_t> in) override;
+  // The copy of one encoder layer's window / of the encoder outputs, into `dst` at its place
+  // in the swa layout; the ring must hold [anchor - window, anchor) (the model's capture).
+  void CaptureSwaLayer(int slot, int layer, int64_t anchor, uint8_t* dst) const;
+  void CaptureSwaHidden(int64_t anchor, const float* rows_from, int64_t rows_pos0, int slot, uint8_t* dst) const;
 
   // [block_size × kv_dim]
   float* GlobalK(int block) { return global_ + static_cast<size_t>(block) * block_floats_; }
@@ -58,10 +70,13 @@ class ModelKvStorage final : public KvStorage {
 
  private:
   float* SlotBase(int slot) { return rings_ + static_cast<size_t>(slot) * slot_floats_; }
+  const float* SlotBase(int slot) const { return rings_ + static_cast<size_t>(slot) * slot_floats_; }
+  size_t swa_layer_floats() const { return 2 * static_cast<size_t>(config_.window) * kv_dim_; }
   const float* GlobalBlock(int block) const { return global_ + static_cast<size_t>(block) * block_floats_; }
 
   ModelConfig config_;
   int num_blocks_, num_slots_, layers_;
+  size_t kv_dim_;
   size_t block_floats_, ring_layer_floats_, slot_floats_, global_floats_, ring_floats_;
   // calloc: untouched blocks cost no resident memory until first written.
   float* global_ = nullptr;

@@ -68,7 +68,7 @@ std::unique_ptr<KvStorage> RefModel::NewKvStorage(int num_blocks, int num_slots)
 }
 
 void RefModel::SwaAttention(const AttnWeights& w, int ring_layer, float* x, int n, int64_t pos0, int64_t lo,
-                            ModelKvStorage& kv, int slot, Scratch& s) const {
+                            ModelKvStorage& kv, int slot, Scratch& s, SwaCapture* capture) const {
   const int H = config_.hidden, A = kv_dim_, hd = config_.head_dim, R = config_.swa_ring;
   float* h = Grow(s.h, static_cast<size_t>(n) * H);
   float* q = Grow(s.q, static_cast<size_t>(n) * A);
@@ -84,6 +84,10 @@ void RefModel::SwaAttention(const AttnWeights& w, int ring_layer, float* x, int 
   float* ring_k = kv.RingK(slot, ring_layer);
   float* ring_v = kv.RingV(slot, ring_layer);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // The anchor's window is whole in the ring right after position anchor − 1 is written (or
+  // at the start, for a step that starts at the anchor): later writes of a long chunk would
+  // overwrite it.
+  if (capture != nullptr && capture->anchor == pos0) kv.CaptureSwaLayer(slot, ring_layer, capture->anchor, capture->bytes.data());
   for (int i = 0; i < n; ++i) {
     const int64_t p = pos0 + i;
     float* qi = q + static_cast<size_t>(i) * A;
@@ -95,6 +99,7 @@ void RefModel::SwaAttention(const AttnWeights& w, int ring_layer, float* x, int 
     const size_t at = static_cast<size_t>(p % R) * A;
     std::memcpy(ring_k + at, ki, sizeof(float) * A);
     std::memcpy(ring_v + at, v + static_cast<size_t>(i) * A, sizeof(float) * A);
+    if (capture != nullptr && p + 1 == capture->anchor) kv.CaptureSwaLayer(slot, ring_layer, capture->anchor, capture->bytes.data());
     const int64_t from = std::max(lo, p - config_.window + 1);
     for (int hh = 0; hh < config_.heads; ++hh) {
       const size_t off = static_cast<size_t>(hh) * hd;
@@ -266,12 +271,22 @@ void RefModel::RunSequence(const SeqStep& step, ModelKvStorage& kv, float* out) 
                 sizeof(float) * H);
   }
   const int64_t enc_lo = ContinueFrom(st.encoder, pos0, R);
+  // An SWA snapshot needs the anchor's whole window computed by this sequence.
+  SwaCapture* cap = step.swa_capture;
+  if (cap != nullptr) {
+    cap->ok = cap->anchor >= config_.window && cap->anchor >= pos0 && cap->anchor <= end &&
+              enc_lo <= cap->anchor - config_.window && config_.encoder_layers > 0;
+    if (cap->ok) cap->bytes.resize(kv.swa_bytes());
+    if (!cap->ok) cap = nullptr;
+  }
   for (int l = 0; l < config_.encoder_layers; ++l) {
+    if (step.ready) step.ready->WaitLayer(l);
     const LayerWeights& lw = W.encoder[static_cast<size_t>(l)];
-    SwaAttention(lw.swa, l, x.data(), n, pos0, enc_lo, kv, slot, s);
+    SwaAttention(lw.swa, l, x.data(), n, pos0, enc_lo, kv, slot, s, cap);
     Moe(lw.moe, l, x.data(), n, s);
   }
   float* hidden_ring = kv.HiddenRing(slot);
+  if (cap != nullptr) kv.CaptureSwaHidden(cap->anchor, x.data(), pos0, slot, cap->bytes.data());
   for (int i = 0; i < n; ++i) {
     std::memcpy(hidden_ring + static_cast<size_t>((pos0 + i) % R) * H, x.data() + static_cast<size_t>(i) * H,
                 sizeof(float) * H);
@@ -319,6 +334,7 @@ void RefModel::RunSequence(const SeqStep& step, ModelKvStorage& kv, float* out) 
   }
   const int m = static_cast<int>(end - d0);
   for (int l = 0; l < config_.decoder_layers; ++l) {
+    if (step.ready) step.ready->WaitLayer(config_.encoder_layers + l);
     const LayerWeights& lw = W.decoder[static_cast<size_t>(l)];
     SwaAttention(lw.swa, config_.encoder_layers + l, y.data(), m, d0, dec_lo, kv, slot, s);
     GlobalAttention(lw.global, y.data(), m, d0, step, kv, s);

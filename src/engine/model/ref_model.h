@@ -28,6 +28,9 @@ class RefModel final : public Model {
   const ModelConfig& config() const override { return config_; }
   std::unique_ptr<KvStorage> NewKvStorage(int num_blocks, int num_slots) const override;
   Status Forward(std::span<const SeqStep> batch, KvStorage& kv, std::vector<float>* logits) override;
+  bool honours_ready_gate() const override { return true; }
+  // The encoder reads only its rings; the global KV is first read by decoder layer 0.
+  int global_kv_first_layer() const override { return config_.encoder_layers; }
   Status ConfigureExpertParallel(const ExpertParallelConfig& ep) override;
   bool GetExpertParallelStats(ExpertParallelStats* out) const override;
 
@@ -41,8 +44,9 @@ class RefModel final : public Model {
   // All layers of one sequence; writes the final-normed hidden rows (stride row_stride_)
   // of its logits tokens to `out`.
   void RunSequence(const SeqStep& s, ModelKvStorage& kv, float* out) const;
+  // `capture`: snapshot this layer's window when the loop reaches its anchor (encoder layers).
   void SwaAttention(const AttnWeights& w, int ring_layer, float* x, int n, int64_t pos0, int64_t lo,
-                    ModelKvStorage& kv, int slot, Scratch& s) const;
+                    ModelKvStorage& kv, int slot, Scratch& s, SwaCapture* capture = nullptr) const;
   void GlobalAttention(const GlobalAttnWeights& w, float* x, int n, int64_t pos0, const SeqStep& step,
                        ModelKvStorage& kv, Scratch& s) const;
   // `layer`: the MoE layer's index in forward order (encoder layers, then decoder layers).

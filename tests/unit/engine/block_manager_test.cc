@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
 
 namespace ladle::engine {
 namespace {
@@ -129,33 +128,6 @@ TEST(BlockManager, DuplicateRegistrationKeepsTheFirstBlock) {
   EXPECT_EQ(hit[0], a);
   m.Release(b);  // b was never named: back to the free list
   EXPECT_EQ(m.Allocate(), b);
-}
-
-class MapTier : public BlockTier {
- public:
-  bool Fetch(const BlockHash& hash, int32_t block) override {
-    ++fetches;
-    return stored.count(hash.lo) != 0;
-  }
-  void Offer(const BlockHash& hash, int32_t block) override { stored[hash.lo] = block; }
-  std::map<uint64_t, int32_t> stored;  // by hash.lo (the tests' names are H(x))
-  int fetches = 0;
-};
-
-TEST(BlockManager, TierSeesEvictionsAndFillsMisses) {
-  auto tier = std::make_shared<MapTier>();
-  BlockManager m(1, 1, 128, tier);
-  int32_t a = m.Allocate();
-  m.Register(a, H(99));
-  m.Release(a);
-  int32_t b = m.Allocate();  // evicts 99: offered to the tier
-  EXPECT_EQ(tier->stored.count(99), 1u);
-  m.Release(b);
-  std::vector<BlockHash> h = {H(99)};
-  auto hit = m.Match(h);  // pool miss, tier hit
-  ASSERT_EQ(hit.size(), 1u);
-  EXPECT_EQ(tier->fetches, 1);
-  EXPECT_TRUE(m.IsCached(H(99)));
 }
 
 TEST(BlockManager, Slots) {

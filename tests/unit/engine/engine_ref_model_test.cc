@@ -25,7 +25,7 @@ class RefModelEngine : public ::testing::Test {
  protected:
   void SetUp() override { LADLE_REQUIRE_ENGINE_TOKENIZER(); }
 
-  std::unique_ptr<Engine> Make(bool async, int64_t chunk, int num_blocks = 48) {
+  std::unique_ptr<Engine> Make(bool async, int64_t chunk, int num_blocks = 48, uint64_t swa_pool_bytes = 256ull << 20) {
     ModelConfig mc;
     auto m = Model::Create(mc, "");
     EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -36,6 +36,7 @@ class RefModelEngine : public ::testing::Test {
     c.chunk_policy = "fixed";
     c.chunk_tokens = chunk;
     c.async_scheduling = async;
+    c.swa_pool_bytes = swa_pool_bytes;
     auto e = CreateEngine(c, std::move(m).value(), *testing::EngineTokenizer());
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? std::move(e).value() : nullptr;
@@ -143,7 +144,9 @@ TEST_F(RefModelEngine, ForksPrefixHitsAndPreemptionAreAcceptedByTheModel) {
 // Regression: a prefix hit starts one block before the KV it reuses (the replayed block), so
 // with a first chunk shorter than that block (time budget, min_chunk, a small fixed chunk) the
 // step's kv_written lay past its end and the model rejected the whole batch ("kv_written
-// outside [0, end]"). Both requests must finish, the second with a hit.
+// outside [0, end]"). Both requests must finish, the second with a hit: the whole 2 blocks
+// when the first left its SWA entry at 256 in the host pool, one block (and a replayed one)
+// without the pool.
 TEST_F(RefModelEngine, SharedPrefixHitWorksWithAnyChunkSize) {
   auto cat = [](std::vector<TokenId> a, const std::vector<TokenId>& b) {
     a.insert(a.end(), b.begin(), b.end());
@@ -156,15 +159,16 @@ TEST_F(RefModelEngine, SharedPrefixHitWorksWithAnyChunkSize) {
   p.temperature = 0;
   p.ignore_eos = true;
   p.max_tokens = 4;
-  for (int64_t chunk : {512, 128, 64, 16}) {
-    auto e = Make(true, chunk);
+  for (int64_t chunk : {512, 128, 64, 16})
+  for (bool swa : {true, false}) {
+    auto e = Make(true, chunk, 48, swa ? 64ull << 20 : 0);
     ASSERT_TRUE(e);
     auto a = Run(*e, {first}, p);
     EXPECT_EQ(a[0].finish[0], FinishKind::kLength) << "chunk " << chunk << ": " << a[0].errors[0];
     auto b = Run(*e, {second}, p);
     EXPECT_EQ(b[0].finish[0], FinishKind::kLength) << "chunk " << chunk << ": " << b[0].errors[0];
     EXPECT_EQ(b[0].tokens[0].size(), 4u);
-    EXPECT_EQ(b[0].cached, 128) << "chunk " << chunk;  // 2 shared blocks, back off one
+    EXPECT_EQ(b[0].cached, swa ? 256 : 128) << "chunk " << chunk;  // 2 shared blocks (SWA hit), or back off one
     EXPECT_EQ(e->GetStats().kv_blocks_used, 0u);
   }
 }

@@ -25,17 +25,8 @@ struct Dir : testing::TempDir {
   Dir() : TempDir("engine-read") {}
 };
 
-std::vector<TokenId> Prompt(int len, int salt) {
-  std::vector<TokenId> p(len);
-  for (int i = 0; i < len; ++i) p[i] = static_cast<TokenId>(100 + (i * 131 + salt * 7919) % 8000);
-  return p;
-}
-
-struct Got {
-  std::vector<TokenId> tokens;
-  int64_t cached = -1;
-  std::string error;
-};
+using testing::Got;
+std::vector<TokenId> Prompt(int len, int salt) { return testing::PatternPrompt(len, salt); }
 
 // Holds every Get's completion until Release (a store that stalls), delegating the rest.
 class StallingStore final : public kvcache::KvStore {
@@ -104,31 +95,7 @@ class EngineStoreRead : public ::testing::Test {
   }
 
   static std::vector<Got> RunAll(Engine& e, const std::vector<std::vector<TokenId>>& prompts, int max_tokens) {
-    SamplingParams p;
-    p.max_tokens = max_tokens;
-    p.temperature = 0;
-    p.ignore_eos = true;
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t done = 0;
-    std::vector<Got> got(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto id = e.Submit({prompts[i], p, nullptr}, [&, i](const Output& o) {
-        std::lock_guard lk(mu);
-        for (const auto& ev : o.tokens) got[i].tokens.push_back(ev.token);
-        if (o.finished) {
-          got[i].cached = o.cached_tokens;
-          got[i].error = o.error;
-          ++done;
-          cv.notify_all();
-        }
-      });
-      EXPECT_TRUE(id.ok()) << id.status().ToString();
-      if (!id.ok()) return got;
-    }
-    std::unique_lock lk(mu);
-    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == prompts.size(); }));
-    return got;
+    return testing::RunGreedy(e, prompts, max_tokens);
   }
 
   static void WaitWrites(Engine& e, uint64_t want) {

@@ -6,13 +6,18 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "ladle/engine/engine.h"
 #include "ladle/tokenizer/tokenizer.h"
 
 namespace ladle::engine::testing {
@@ -52,6 +57,53 @@ inline const tokenizer::Tokenizer* EngineTokenizer() {
     return std::move(t).value();
   }();
   return tok ? &*tok : nullptr;
+}
+
+// A prompt of `len` ids in [100, 8100) that differs by `salt` (fits an 8192-token vocabulary).
+inline std::vector<TokenId> PatternPrompt(int len, int salt) {
+  std::vector<TokenId> p(static_cast<size_t>(len));
+  for (int i = 0; i < len; ++i) p[static_cast<size_t>(i)] = static_cast<TokenId>(100 + (i * 131 + salt * 7919) % 8000);
+  return p;
+}
+
+// One request's outcome: its tokens and their logprobs, cached prompt tokens, error.
+struct Got {
+  std::vector<TokenId> tokens;
+  std::vector<float> logprobs;
+  int64_t cached = -1;
+  std::string error;
+};
+
+// Submits every prompt at once (greedy, EOS ignored) and waits up to two minutes for all.
+inline std::vector<Got> RunGreedy(Engine& e, const std::vector<std::vector<TokenId>>& prompts, int max_tokens) {
+  SamplingParams p;
+  p.max_tokens = max_tokens;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  std::vector<Got> got(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto id = e.Submit({prompts[i], p, nullptr}, [&, i](const Output& o) {
+      std::lock_guard lk(mu);
+      for (const auto& ev : o.tokens) {
+        got[i].tokens.push_back(ev.token);
+        got[i].logprobs.push_back(ev.logprob);
+      }
+      if (o.finished) {
+        got[i].cached = o.cached_tokens;
+        got[i].error = o.error;
+        ++done;
+        cv.notify_all();
+      }
+    });
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    if (!id.ok()) return got;
+  }
+  std::unique_lock lk(mu);
+  EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == prompts.size(); }));
+  return got;
 }
 
 }  // namespace ladle::engine::testing

@@ -343,6 +343,118 @@ TEST(ModelTest, BlockBytesRoundTripServesTheSameHit) {
   EXPECT_TRUE(BitEqual(from_pool, from_store));
 }
 
+// The SWA KVCache entry. A snapshot taken inside a forward at the anchor holds what the ring
+// held there: it equals a read after a chunk that ends at the anchor or up to 5 past it (the
+// ring's spare slots), and is taken where a read no longer could (a chunk running further).
+// Written into a fresh slot, it continues the sequence bit for bit as the slot it came from
+// does. (Against a one-shot cold run the continuation is only close at this tiny shape: the
+// BLAS's small-matrix kernels round differently by row count, so chunking is not bit-invariant
+// here; at the built-in shape the engine test checks bit-identity against a cold run.)
+TEST(ModelTest, SwaSnapshotAtAnAnchorRestoresExactly) {
+  ModelConfig c = Tiny();
+  auto m = MakeModel(c);
+  const int64_t B = c.block_size;
+  auto toks = Tokens(21, 6 * B, c.vocab_size);
+  for (int64_t anchor : {B, 2 * B, 3 * B, 4 * B}) {
+    SCOPED_TRACE("anchor " + std::to_string(anchor));
+    const int64_t L = anchor + c.swa_ring + 2;  // the suffix after the anchor is at least a ring long
+    std::vector<int32_t> table = Blocks(0, 8);
+    // The reference: [0, anchor) in two chunks, a snapshot taken as the second ends.
+    auto kv = m->NewKvStorage(16, 3);
+    SwaCapture cap;
+    cap.anchor = anchor;
+    SeqStep p1 = Step(std::span(toks).first(anchor - 5), 0, table, 0, true);
+    SeqStep p2 = Step(std::span(toks).subspan(anchor - 5, 5), anchor - 5, table, 0, true);
+    p2.swa_capture = &cap;
+    (void)Fwd(*m, *kv, p1);
+    (void)Fwd(*m, *kv, p2);
+    ASSERT_TRUE(cap.ok);
+    ASSERT_EQ(cap.bytes.size(), kv->swa_bytes());
+    std::vector<uint8_t> read(kv->swa_bytes());
+    ASSERT_TRUE(kv->ReadSwa(0, anchor, read));
+    EXPECT_EQ(read, cap.bytes);
+    // Restore into slot 1 and continue both slots over the same suffix: bit-identical.
+    ASSERT_TRUE(kv->WriteSwa(1, anchor, cap.bytes));
+    std::vector<int32_t> t1(table.begin(), table.begin() + anchor / B), t0 = t1;
+    for (int32_t i = 8; t1.size() < 8; ++i) t1.push_back(i);
+    SeqStep h = Step(std::span(toks).subspan(anchor, L - anchor), anchor, t1, 1, true);
+    h.kv_written = anchor;
+    auto hit = Fwd(*m, *kv, h);
+    auto cont = Fwd(*m, *kv, Step(std::span(toks).subspan(anchor, L - anchor), anchor, table, 0, true));
+    EXPECT_TRUE(BitEqual(hit, cont));
+    auto cold_kv = m->NewKvStorage(8, 1);
+    auto cold = Fwd(*m, *cold_kv, Step(std::span(toks).first(L), 0, table, 0, true));
+    EXPECT_LT(MaxAbsDiff(hit.data(), cold.data(), c.vocab_size), 1e-3f);
+    // Mid-chunk: a chunk from anchor − 5 to anchor + 5 snapshots at the anchor; the ring still
+    // holds the window after it (overshoot 5), and the read equals the snapshot.
+    auto kv2 = m->NewKvStorage(16, 1);
+    SwaCapture mid;
+    mid.anchor = anchor;
+    SeqStep q2 = Step(std::span(toks).subspan(anchor - 5, 10), anchor - 5, table, 0, true);
+    q2.swa_capture = &mid;
+    (void)Fwd(*m, *kv2, p1);
+    (void)Fwd(*m, *kv2, q2);
+    ASSERT_TRUE(mid.ok);
+    ASSERT_TRUE(kv2->ReadSwa(0, anchor, read));
+    EXPECT_EQ(read, mid.bytes);
+    // A chunk running 8 past the anchor: only the in-forward snapshot can still see the window.
+    SwaCapture far;
+    far.anchor = anchor;
+    SeqStep r2 = Step(std::span(toks).subspan(anchor - 5, 13), anchor - 5, table, 0, true);
+    r2.swa_capture = &far;
+    (void)Fwd(*m, *kv2, p1);
+    (void)Fwd(*m, *kv2, r2);
+    EXPECT_TRUE(far.ok);
+    EXPECT_FALSE(kv2->ReadSwa(0, anchor, read));
+    // A snapshot asked of a step whose ring does not hold the anchor's window is refused.
+    SwaCapture none;
+    none.anchor = anchor;
+    SeqStep late = Step(std::span(toks).subspan(anchor - 3, 10), anchor - 3, table, 0, true);
+    late.swa_capture = &none;
+    kv2->ResetSlot(0);  // the ring starts at anchor − 3: less than a window before the anchor
+    (void)Fwd(*m, *kv2, late);
+    EXPECT_FALSE(none.ok);
+  }
+}
+
+// The decode copy area: a step of up to 6 tokens (speculative decoding) that crosses a block
+// boundary lands at most 5 past it, and the ring's 6 spare slots still hold the boundary's
+// whole window: the copy read after the step equals the snapshot the step took at the
+// boundary. Past the spare slots (a step landing 7 past it) the window is gone.
+TEST(ModelTest, SwaCopyAfterAStepOvershootingByFiveStillHoldsTheWindow) {
+  ModelConfig c = Tiny();
+  auto m = MakeModel(c);
+  auto toks = Tokens(22, 64, c.vocab_size);
+  const int64_t anchor = 32;
+  auto kv = m->NewKvStorage(8, 2);
+  for (int64_t step : {6, 8}) {
+    // Prefill to anchor − 1, then one decode step of `step` tokens across the anchor.
+    const int slot = step == 6 ? 0 : 1;
+    std::vector<int32_t> table = Blocks(slot * 4, 4);
+    (void)Fwd(*m, *kv, Step(std::span(toks).first(anchor - 1), 0, table, slot, true));
+    SwaCapture cap;
+    cap.anchor = anchor;
+    SeqStep d = Step(std::span(toks).subspan(anchor - 1, step), anchor - 1, table, slot, false, false, 1);
+    d.swa_capture = &cap;
+    (void)Fwd(*m, *kv, d);
+    ASSERT_TRUE(cap.ok);
+    std::vector<uint8_t> copy(kv->swa_bytes());
+    if (step == 6) {
+      ASSERT_TRUE(kv->ReadSwa(slot, anchor, copy)) << "overshoot 5: the spare slots hold the window";
+      EXPECT_EQ(copy, cap.bytes);
+    } else {
+      EXPECT_FALSE(kv->ReadSwa(slot, anchor, copy)) << "overshoot 7: the window's oldest position is overwritten";
+    }
+  }
+  // A reset slot holds nothing; a wrong size is refused.
+  std::vector<uint8_t> read(kv->swa_bytes());
+  kv->ResetSlot(0);
+  EXPECT_FALSE(kv->ReadSwa(0, anchor, read));
+  std::vector<uint8_t> wrong(kv->swa_bytes() - 4);
+  EXPECT_FALSE(kv->WriteSwa(0, anchor, wrong));
+  EXPECT_FALSE(kv->ReadSwa(0, anchor, wrong));
+}
+
 // Eight sequences in the same state decode the same token in one batch: every row, at
 // every position of the batch, carries the same bits as the sequence run alone.
 TEST(ModelTest, RowPositionInBatchDoesNotMatter) {
