@@ -10,7 +10,12 @@
 #include <fstream>
 #include <sstream>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "commands.h"
+#include "fetcher_process.h"
+#include "ladle/kvcache/fetcher_store.h"
 #include "ladle/core/logging.h"
 #include "ladle/engine/engine_config.h"
 #include "ladle/engine/model.h"
@@ -59,6 +64,8 @@ struct ServeOpts {
   bool exact_replay = false;
   int64_t kv_fetch_deadline_ms = 200;
   int64_t swa_pool_mb = 256;
+  std::string kv_fetcher = "process";
+  int64_t kv_fetcher_shm_mb = 256;
   int64_t swa_ttl_s = 180;
   // Expert parallelism (docs/eplb.md); -1: the phase's default (prefill: 4 redundant per rank,
   // window 100, every 1,000 steps; decode: 1, 1,000, 10,000).
@@ -217,17 +224,65 @@ int RunServe(const ServeOpts& opts) {
     for (const auto& f : files) fp += " " + f;
     ec.model_fingerprint = fp;
   }
-  if (!opts.kv_store.empty()) {
+  // The store's owner: a `ladle kv-fetcher` child by default (reads land in its shm pool and
+  // are copied into the KV from there; it is restarted if it dies), or this process.
+  std::shared_ptr<app::FetcherProcess> fetcher;
+  std::string fetcher_dir;
+  if (!opts.kv_store.empty() && opts.kv_fetcher == "process") {
+    char tmpl[] = "/tmp/ladle-serve-XXXXXX";
+    char exe[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    auto kv1 = (*model)->NewKvStorage(1, 1);
+    if (::mkdtemp(tmpl) == nullptr || n <= 0 || !kv1 || kv1->block_bytes() == 0) {
+      LADLE_LOG_ERROR("serve.failed error='kv fetcher: no private directory, own path or block size'");
+      return 1;
+    }
+    exe[n] = '\0';
+    fetcher_dir = tmpl;
+    app::FetcherProcess::Options fo;
+    fo.exe = exe;
+    fo.store_uri = opts.kv_store;
+    fo.socket_path = fetcher_dir + "/kvf.sock";
+    fo.block_bytes = kv1->block_bytes();
+    fo.shm_mb = opts.kv_fetcher_shm_mb;
+    auto fp = app::FetcherProcess::Start(fo);
+    if (!fp.ok()) {
+      std::filesystem::remove_all(fetcher_dir);
+      LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(fp.status().ToString()));
+      return 1;
+    }
+    fetcher = std::move(fp).value();
+    auto store = kvcache::FetcherStore::Create([fetcher] { return fetcher->Connect(); });
+    if (!store.ok()) {
+      fetcher->Stop();
+      std::filesystem::remove_all(fetcher_dir);
+      LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(store.status().ToString()));
+      return 1;
+    }
+    ec.kv_store = std::move(store).value();
+    LADLE_LOG_INFO("serve.kv_store uri={} fetcher_pid={} socket={}", LogSafe(opts.kv_store), fetcher->pid(), fo.socket_path);
+  } else if (!opts.kv_store.empty()) {
     auto store = kvcache::KvStore::Open(opts.kv_store, kvcache::StoreOptions{});
     if (!store.ok()) {
       LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(store.status().ToString()));
       return 1;
     }
     ec.kv_store = std::shared_ptr<kvcache::KvStore>(std::move(store).value());
-    ec.kv_store_read = !opts.kv_store_no_read;
-    ec.kv_fetch_deadline_base_ms = opts.kv_fetch_deadline_ms;
     LADLE_LOG_INFO("serve.kv_store uri={}", LogSafe(opts.kv_store));
   }
+  if (ec.kv_store) {
+    ec.kv_store_read = !opts.kv_store_no_read;
+    ec.kv_fetch_deadline_base_ms = opts.kv_fetch_deadline_ms;
+  }
+  // Stops the fetcher after the engine and the store handle are gone (their writes drained).
+  struct FetcherStop {
+    std::shared_ptr<app::FetcherProcess>& f;
+    std::string dir;
+    ~FetcherStop() {
+      if (f) f->Stop();
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } fetcher_stop{fetcher, fetcher_dir};
   auto eng = engine::CreateEngine(ec, std::move(model).value(), *version_tok);
   if (!eng.ok()) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(eng.status().ToString()));
@@ -287,6 +342,7 @@ int RunServe(const ServeOpts& opts) {
   (*eng)->Shutdown();
   eng->reset();
   srv->reset();
+  ec.kv_store.reset();  // drains its queued writes into the fetcher before the fetcher stops
   if (!run.ok()) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(run.ToString()));
     return 1;
@@ -367,6 +423,12 @@ void RegisterServe(CLI::App& app, RunFn* run) {
   cmd->add_flag("--exact-replay", opts->exact_replay,
                 "on a prefix hit, rebuild the SWA ring by replaying the whole prefix (exact) instead of its last 128 "
                 "tokens (Encoder SWA Bounded Replay)");
+  cmd->add_option("--kv-fetcher", opts->kv_fetcher,
+                  "who owns --kv-store: process (a `ladle kv-fetcher` child that reads blocks into a shared-memory pool "
+                  "and is restarted if it dies) or in-process")
+      ->capture_default_str()->check(CLI::IsMember({"process", "in-process"}));
+  cmd->add_option("--kv-fetcher-shm-mb", opts->kv_fetcher_shm_mb, "the fetcher's shared-memory block pool")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--swa-pool-mb", opts->swa_pool_mb,
                   "SWA KVCache host pool: window snapshots at block boundaries, so a prompt extending an earlier one "
                   "skips its whole prefix exactly (0: off; hits then replay the last 128 tokens)")

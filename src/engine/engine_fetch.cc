@@ -1,9 +1,11 @@
 // Reads from the persistent block store (EngineConfig::kv_store_read), the recipe's "Block
-// KVCache" hit in its first two stages, in this process: Match (metadata only) says how many of
-// the prompt's next blocks the store holds, Get reads them into host buffers on the store's
-// threads, and the scheduler installs the contiguous prefix that arrived into pool blocks. The
-// sequence then admits as an ordinary prefix hit (hit policy, Encoder SWA Bounded Replay or
-// the exact replay).
+// KVCache" hit in its three stages: Match (metadata only) says how many of the prompt's next
+// blocks the store holds; the blocks are fetched into host memory -- with a fetcher process
+// (kvcache::FetcherStore) into its shared-memory pool, where they stay pinned, else by Get into
+// host buffers on the store's threads -- and the scheduler names the contiguous prefix that
+// arrived in pool blocks, whose bytes the swap-in thread copies into the KV storage while the
+// admitting batch's forward runs (SwapIn). The sequence then admits as an ordinary prefix hit
+// (hit policy, SWA entry or Encoder SWA Bounded Replay, or the exact replay).
 //
 // Ordering: an installed block is named in the pool at once and written by a device-ordered
 // WriteBlock queued with the batch being scheduled, before its forward; the device is FIFO, so
@@ -83,7 +85,8 @@ void EngineImpl::StartFetch(Seq* s, size_t first, size_t full) {
   };
   // Stage 1, metadata only: how many of these blocks the store holds. Then stage 2: read them
   // in chunks, so that a deadline keeps whatever prefix has arrived.
-  store->Match(f->keys, [f, inbox, store, bytes, chunk, finish](Result<size_t> m) {
+  std::shared_ptr<kvcache::FetcherStore> fetcher = fetcher_;
+  store->Match(f->keys, [f, inbox, store, fetcher, bytes, chunk, finish](Result<size_t> m) {
     const size_t present = m.ok() ? std::min(*m, f->keys.size()) : 0;
     std::unique_lock lk(inbox->mu);
     f->matched = true;
@@ -92,11 +95,34 @@ void EngineImpl::StartFetch(Seq* s, size_t first, size_t full) {
       finish();
       return;
     }
-    f->values.assign(present, std::vector<uint8_t>(bytes));
+    if (fetcher) {
+      f->pinned.assign(present, nullptr);
+    } else {
+      f->values.assign(present, std::vector<uint8_t>(bytes));
+    }
     f->chunk_done.assign((present + chunk - 1) / chunk, 0);
     f->chunks_left = f->chunk_done.size();
     lk.unlock();
-    for (size_t c = 0; c * chunk < present; ++c) {
+    for (size_t c = 0; fetcher && c * chunk < present; ++c) {
+      const size_t lo = c * chunk, hi = std::min(present, lo + chunk);
+      fetcher->FetchPinned(
+          std::span<const BlockHash>(f->keys).subspan(lo, hi - lo),
+          [f, inbox, lo](size_t i, Result<kvcache::FetcherStore::Pinned> p) {
+            std::lock_guard lk2(inbox->mu);
+            if (p.ok()) {
+              f->results[lo + i] = (*p)->len;
+              f->pinned[lo + i] = std::move(*p);
+            } else {
+              f->results[lo + i] = p.status();
+            }
+          },
+          [f, inbox, c, finish](Status) {
+            std::lock_guard lk2(inbox->mu);
+            f->chunk_done[c] = 1;
+            if (--f->chunks_left == 0) finish();
+          });
+    }
+    for (size_t c = 0; !fetcher && c * chunk < present; ++c) {
       const size_t lo = c * chunk, hi = std::min(present, lo + chunk);
       std::vector<kvcache::MutableBuffer> bufs;
       for (size_t i = lo; i < hi; ++i) bufs.push_back({f->values[i].data(), f->values[i].size()});
@@ -144,8 +170,14 @@ void EngineImpl::InstallFetched(Seq* s, Batch* b) {
     if (blk < 0) break;  // the pool is full: the rest recomputes
     blocks_.Register(blk, h);
     held.push_back(blk);
-    auto buf = std::make_shared<std::vector<uint8_t>>(std::move(f->values[i]));
-    b->installs.push_back({blk, std::span<const uint8_t>(*buf), buf});
+    if (!f->pinned.empty()) {
+      // Copied straight from the fetcher's shm; the pin is dropped once the copy is done.
+      kvcache::FetcherStore::Pinned p = std::move(f->pinned[i]);
+      b->installs.push_back({blk, std::span<const uint8_t>(p->data, p->len), std::const_pointer_cast<kvcache::ShmBlock>(p)});
+    } else {
+      auto buf = std::make_shared<std::vector<uint8_t>>(std::move(f->values[i]));
+      b->installs.push_back({blk, std::span<const uint8_t>(*buf), buf});
+    }
     ++installed;
   }
   blocks_.ReleaseAll(&held);

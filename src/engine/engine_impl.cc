@@ -57,6 +57,7 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
       swa_pool_ = std::make_shared<SwaPool>(SwaPoolOptions{config_.swa_pool_bytes, config_.swa_ttl_ms});
     }
   }
+  fetcher_ = std::dynamic_pointer_cast<kvcache::FetcherStore>(config_.kv_store);
   device_ = std::make_unique<Device>();
   fetch_inbox_->wake = [this] {
     {

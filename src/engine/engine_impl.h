@@ -21,6 +21,7 @@
 #include "ladle/engine/sampler.h"
 #include "ladle/engine/scheduler_policies.h"
 #include "ladle/engine/swa_pool.h"
+#include "ladle/kvcache/fetcher_store.h"
 #include "stop_checker.h"
 #include "swap_in.h"
 
@@ -54,7 +55,8 @@ struct DevSeq {
 // threads under FetchInbox::mu; the scheduler reads a chunk's blocks only once it is done.
 struct Fetch {
   std::vector<BlockHash> keys;                // the prefix blocks the pool lacked
-  std::vector<std::vector<uint8_t>> values;   // host buffers, one block each
+  std::vector<std::vector<uint8_t>> values;   // host buffers, one block each (a plain store)
+  std::vector<kvcache::FetcherStore::Pinned> pinned;  // or blocks pinned in the fetcher's shm
   std::vector<Result<size_t>> results;        // per key, once its chunk is done
   std::vector<uint8_t> chunk_done;            // per Get of kv_fetch_chunk_blocks keys
   size_t present = 0;                         // Match's answer (keys fetched)
@@ -250,6 +252,8 @@ class EngineImpl : public Engine {
   std::atomic<uint64_t> stat_swa_hits_{0}, stat_swa_misses_{0}, stat_replayed_{0};
   std::atomic<size_t> stat_loading_{0};
   std::shared_ptr<FetchInbox> fetch_inbox_ = std::make_shared<FetchInbox>();
+  // kv_store when it is a fetcher process's (reads are then pinned in its shm, copied once).
+  std::shared_ptr<kvcache::FetcherStore> fetcher_;
   bool fetch_ready_ = false;  // mu_: a completion arrived since the scheduler last looked
   size_t fetches_inflight_ = 0;
   std::atomic<uint64_t> stat_store_hit_tokens_{0}, stat_fetches_{0}, stat_fetch_blocks_{0}, stat_fetch_timeouts_{0};

@@ -26,11 +26,11 @@ start() {  # start LOG flags...: sets $port and $pid
     --kv-store "fs:$work/store" "$@"
 }
 
-ask() {  # ask PORT OUT: one greedy chat request, the JSON response to OUT
-  python3 - "$1" "$2" <<'PY'
+ask() {  # ask PORT OUT [VARIANT]: one greedy chat request, the JSON response to OUT
+  python3 - "$1" "$2" "${3:-}" <<'PY'
 import json, sys, urllib.request
-port, out = sys.argv[1], sys.argv[2]
-text = " ".join(f"Paragraph {i}: the persistent KV store keeps every full block of this prompt." for i in range(60))
+port, out, variant = sys.argv[1], sys.argv[2], sys.argv[3]
+text = variant + " ".join(f"Paragraph {i}: the persistent KV store keeps every full block of this prompt." for i in range(60))
 body = {"model": "ladle", "temperature": 0, "max_tokens": 16, "messages": [{"role": "user", "content": text}]}
 req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
                              {"Content-Type": "application/json"})
@@ -54,7 +54,8 @@ PY
 
 start "$work/a.log" --exact-replay
 ask "$port" "$work/a.json"
-blocks=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['usage']['prompt_tokens'] // 128)" "$work/a.json")
+ask "$port" "$work/a2.json" "Second: "  # stored for the fetcher-restart check below
+blocks=$(python3 -c "import json,sys; print(sum(json.load(open(p))['usage']['prompt_tokens'] // 128 for p in sys.argv[1:]))" "$work/a.json" "$work/a2.json")
 for _ in $(seq 1 300); do
   w=$(metric "$port" ladle_kv_store_writes_total)
   [[ "${w%.*}" -ge "$blocks" ]] && break
@@ -91,6 +92,37 @@ st, _ = post({**msg("metadata " + text), "metadata": {"ladle_traffic_class": "ag
 assert st == 200, st
 st, err = post({**msg("x"), "metadata": {"ladle_traffic_class": "batch"}})
 assert st == 400 and err["error"]["type"] == "invalid_request_error" and "traffic class" in err["error"]["message"], (st, err)
+PY
+# The store is owned by a `ladle kv-fetcher` child. kill -9 it: the next request that needs the
+# store recomputes with the same text, nothing hangs, the fetcher is restarted (a new pid), the
+# engine reconnects, and a request for the second primed prompt hits from the store again.
+fpid=$(pgrep -P "$pid" -f kv-fetcher || true)
+[[ -n "$fpid" ]] || { echo "no kv-fetcher child of $pid" >&2; exit 1; }
+kill -9 "$fpid"
+ask "$port" "$work/d.json" "Third: "  # not in the store: recomputes whatever the fetcher's state
+for _ in $(seq 1 100); do
+  fpid2=$(pgrep -P "$pid" -f kv-fetcher || true)
+  [[ -n "$fpid2" && "$fpid2" != "$fpid" ]] && break
+  sleep 0.1
+done
+[[ -n "$fpid2" && "$fpid2" != "$fpid" ]] || { echo "the kv-fetcher was not restarted" >&2; exit 1; }
+grep -q "kvfetch.exited" "$work/c.log" || { echo "no kvfetch.exited in the log" >&2; exit 1; }
+for _ in $(seq 1 100); do  # the engine's writer thread reconnects within reconnect_every
+  grep -q "kvfetch.reconnected" "$work/c.log" && break
+  ask "$port" "$work/d.json" "Third: "
+  sleep 0.1
+done
+grep -q "kvfetch.reconnected" "$work/c.log" || { echo "the engine did not reconnect to the new fetcher" >&2; exit 1; }
+ask "$port" "$work/e.json" "Second: "
+hit_e=$(metric "$port" ladle_prefix_hit_tokens_store_total)
+python3 - "$work/a2.json" "$work/e.json" "$hit_c" "$hit_e" <<'PY'
+import json, sys
+a2, e = (json.load(open(p)) for p in sys.argv[1:3])
+hit_c, hit_e = float(sys.argv[3]), float(sys.argv[4])
+text = lambda r: r["choices"][0]["message"]["content"]
+assert e["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 and hit_e > hit_c, (hit_c, hit_e)
+print(f"kv restart: kill -9 of the fetcher: restarted, reconnected, store hits {hit_c:.0f} -> {hit_e:.0f}; "
+      f"second prompt's text {'same' if text(e) == text(a2) else 'differs (bounded replay)'}")
 PY
 for _ in $(seq 1 100); do
   agent=$(metric "$port" ladle_kv_store_writes_agent_total)
