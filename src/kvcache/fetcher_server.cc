@@ -491,7 +491,10 @@ void FetcherServer::Impl::HandleFetch(Conn& c, const wire::Header& h, wire::Read
         break;
     }
   }
-  for (auto [i, slot] : loads) {
+  for (const auto& load : loads) {
+    // Named copies: a lambda may not capture a structured binding (clang 14).
+    const auto i = load.first;
+    const auto slot = load.second;
     BeginIo();
     // Straight into the slot: the store copies the block once, into the memory the engine reads.
     MutableBuffer buf{SlotData(slot), opt_.block_bytes};
@@ -707,8 +710,9 @@ void FetcherServer::Impl::DropConn(uint64_t id) {
     pins += n;
   }
   for (uint32_t s : c.staging) pool_->FreePut(s);
-  for (auto& [slot, waiters] : loading_) {
-    std::erase_if(waiters, [&](const Waiter& w) {
+  for (auto& entry : loading_) {
+    const auto slot = entry.first;
+    std::erase_if(entry.second, [&](const Waiter& w) {
       if (w.conn != id) return false;
       pool_->Unpin(slot);
       return true;
