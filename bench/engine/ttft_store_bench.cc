@@ -8,6 +8,10 @@
 //                 whole prefix is skipped exactly, nothing replayed
 //   store fs      a fresh engine on a reopened fs: store the prompt was written to (a restart)
 //   store ec      the same on ec:10+2 over 12 directories
+//   fetcher store a fresh engine on the fs: store owned by a fetcher (kvcache::FetcherServer, as
+//                 `ladle kv-fetcher` runs it): blocks read into its shm pool, copied from there
+//   fetcher shm   another fresh engine on the same fetcher: the blocks are still in its shm
+//                 pool (an shm hit, no store read)
 //   store fs, exact replay   the fs case with the whole prefix replayed through the encoder
 // Each hit case reports the tokens served from cache and the store fetch time; ratios are
 // against cold. The bounded replay re-runs 128 tokens per hit (the SWA ring); exact replay
@@ -25,6 +29,8 @@
 
 #include "ladle/engine/engine_config.h"
 #include "ladle/engine/model.h"
+#include "ladle/kvcache/fetcher.h"
+#include "ladle/kvcache/fetcher_store.h"
 #include "ladle/kvcache/kv_store.h"
 #include "ladle/tokenizer/tokenizer.h"
 
@@ -208,12 +214,38 @@ int Main(int argc, char** argv) {
     rows.push_back({name, *t, (*e)->GetStats().kv_store_fetch_seconds_total * 1000, EngineDelta::Of((*e)->GetStats())});
     (*e)->Shutdown();
   }
-  fmt::print("{:<24} {:>10} {:>9} {:>11} {:>9} {:>9} {:>9} {:>8} {:>8}\n", "case", "TTFT ms", "vs cold", "cached tok",
+  {
+    // The fs store, now owned by a fetcher (the store admits one opener at a time).
+    auto probe = Model::Create(ModelConfig{}, "");
+    if (!probe.ok()) return fail(probe.status());
+    kvcache::FetcherOptions fo;
+    fo.store_uri = fs_uri;
+    fo.socket_path = base + "/fetcher.sock";
+    fo.block_bytes = (*probe)->NewKvStorage(1, 1)->block_bytes();
+    fo.shm_bytes = (static_cast<size_t>(o.prompt) / 128 + 8) * fo.block_bytes;
+    auto srv = kvcache::FetcherServer::Start(fo);
+    if (!srv.ok()) return fail(srv.status());
+    for (const char* name : {"fetcher: store read", "fetcher: shm hit"}) {
+      auto store = kvcache::FetcherStore::Create(
+          [sock = fo.socket_path] { return kvcache::FetcherClient::Connect(sock, std::chrono::seconds(5)); });
+      if (!store.ok()) return fail(store.status());
+      auto e = Make(o, *tok, *store, false);
+      if (!e.ok()) return fail(e.status());
+      const auto before = (*srv)->Stats();
+      auto t = Run(**e, prompt);
+      if (!t.ok()) return fail(t.status());
+      const auto after = (*srv)->Stats();
+      rows.push_back({fmt::format("{} ({} shm)", name, after.shm_hits - before.shm_hits), *t,
+                      (*e)->GetStats().kv_store_fetch_seconds_total * 1000, EngineDelta::Of((*e)->GetStats())});
+      (*e)->Shutdown();
+    }
+  }
+  fmt::print("{:<30} {:>10} {:>9} {:>11} {:>9} {:>9} {:>9} {:>8} {:>8}\n", "case", "TTFT ms", "vs cold", "cached tok",
              "replayed", "fetch ms", "copy ms", "hidden", "token");
   for (const Row& r : rows) {
     const double cold = r.name.rfind("next turn", 0) == 0 ? next_cold_ms : rows[0].t.ms;
     const bool copied = r.d.copy_s > 0;
-    fmt::print("{:<24} {:>10.1f} {:>8.2f}x {:>11} {:>9} {:>9} {:>9} {:>8} {:>8}\n", r.name, r.t.ms, cold / r.t.ms, r.t.cached,
+    fmt::print("{:<30} {:>10.1f} {:>8.2f}x {:>11} {:>9} {:>9} {:>9} {:>8} {:>8}\n", r.name, r.t.ms, cold / r.t.ms, r.t.cached,
                r.d.replayed, r.fetch_ms > 0 ? fmt::format("{:.1f}", r.fetch_ms) : "-",
                copied ? fmt::format("{:.1f}", r.d.copy_s * 1000) : "-",
                copied ? fmt::format("{:.0f}%", 100.0 * (1.0 - r.d.exposed_s / r.d.copy_s)) : "-",
