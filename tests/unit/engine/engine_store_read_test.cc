@@ -16,6 +16,8 @@
 #include "engine_test_util.h"
 #include "ladle/engine/engine_config.h"
 #include "ladle/engine/model.h"
+#include "ladle/kvcache/fetcher.h"
+#include "ladle/kvcache/fetcher_store.h"
 #include "ladle/kvcache/kv_store.h"
 
 namespace ladle::engine {
@@ -319,6 +321,34 @@ TEST_F(EngineStoreRead, SixtyFourStreamsWithSharedPrefixesHitAndFetchConcurrentl
   EXPECT_EQ(s.kv_store_fetch_timeouts, 0u);
   EXPECT_EQ(s.kv_blocks_used, 0u) << "every block released";
   e->Shutdown();
+  e.reset();  // closes the store: the fetcher opens it next
+
+  // The same streams through a fetcher whose shm pool holds only 12 blocks (fewer than the 16
+  // the 8 prefixes need at once): pins bound it, a fetch that finds no slot recomputes, the
+  // outputs stay the same, and every pin is released at the end.
+  kvcache::FetcherOptions fo;
+  fo.store_uri = uri;
+  fo.socket_path = d.path + ".sock";
+  fo.block_bytes = Model::Create(Mc(), "").value()->NewKvStorage(1, 1)->block_bytes();
+  fo.shm_bytes = 12 * fo.block_bytes;
+  auto srv = kvcache::FetcherServer::Start(fo);
+  ASSERT_TRUE(srv.ok()) << srv.status().ToString();
+  auto fetcher = kvcache::FetcherStore::Create(
+      [sock = fo.socket_path] { return kvcache::FetcherClient::Connect(sock, std::chrono::seconds(5)); });
+  ASSERT_TRUE(fetcher.ok());
+  auto f = make(*fetcher);
+  auto via = RunAll(*f, prompts, 4);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(via[i].error, "") << "stream " << i;
+    EXPECT_EQ(via[i].tokens, want[i].tokens) << "stream " << i;
+  }
+  EXPECT_GE(f->GetStats().kv_store_fetch_blocks, 8u);
+  f->Shutdown();
+  const kvcache::FetcherStats fs = (*srv)->Stats();  // also checks the pool's invariants
+  EXPECT_EQ(fs.slots, 12u);
+  EXPECT_EQ(fs.slots_pinned, 0u) << "every pin released";
+  EXPECT_LE(fs.slots_used, fs.slots);
+  EXPECT_EQ(fs.store_errors, 0u);
 }
 
 }  // namespace
