@@ -121,22 +121,67 @@ void RefModel::GlobalAttention(const GlobalAttnWeights& w, float* x, int n, int6
   float* q = Grow(s.q, static_cast<size_t>(n) * A);
   float* att = Grow(s.att, static_cast<size_t>(n) * A);
   float* o = Grow(s.o, static_cast<size_t>(n) * H);
-  float* scores = Grow(s.scores, static_cast<size_t>(pos0 + n));
   RmsNorm(x, n, H, w.norm, config_.rms_eps, h);
   Linear(h, n, H, w.wq, A, q);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int i = 0; i < n; ++i) {
-    const int64_t p = pos0 + i;
-    float* qi = q + static_cast<size_t>(i) * A;
-    Rope(qi, config_.heads, hd, p, config_.rope_theta);
-    for (int hh = 0; hh < config_.heads; ++hh) {
-      const size_t off = static_cast<size_t>(hh) * hd;
-      auto key = [&](int64_t j) {
-        int block = step.block_table[static_cast<size_t>(j / B)];
-        size_t r = static_cast<size_t>(j % B) * A + off;
-        return std::pair<const float*, const float*>(kv.GlobalK(block) + r, kv.GlobalV(block) + r);
-      };
-      Attend(qi + off, hd, 0, p, scale, key, scores, att + static_cast<size_t>(i) * A + off);
+  for (int i = 0; i < n; ++i) Rope(q + static_cast<size_t>(i) * A, config_.heads, hd, pos0 + i, config_.rope_theta);
+  // Queries in tiles, keys block by block: each key block is read once per tile instead of once
+  // per query (a long context's K and V no longer stream from memory for every query). Each
+  // query's arithmetic is Attend's, in the same order (scores and running max over keys 0..p,
+  // then exp-weighted V in key order), so the result does not depend on the tile or on n.
+  constexpr int kTile = 32;
+  const int64_t ctx = pos0 + n;
+  float* scores = Grow(s.scores, static_cast<size_t>(kTile) * static_cast<size_t>(ctx));
+  float mx[kTile], sum[kTile];
+  for (int hh = 0; hh < config_.heads; ++hh) {
+    const size_t off = static_cast<size_t>(hh) * hd;
+    for (int t0 = 0; t0 < n; t0 += kTile) {
+      const int t1 = std::min(n, t0 + kTile);
+      const int64_t keys = pos0 + t1;  // the tile's last query sees keys [0, keys)
+      for (int i = t0; i < t1; ++i) mx[i - t0] = -std::numeric_limits<float>::infinity();
+      for (int64_t j0 = 0; j0 < keys; j0 += B) {
+        const int block = step.block_table[static_cast<size_t>(j0 / B)];
+        const float* kb = kv.GlobalK(block) + off;
+        for (int i = t0; i < t1; ++i) {
+          const int64_t end = std::min<int64_t>(j0 + B, pos0 + i + 1);
+          const float* qi = q + static_cast<size_t>(i) * A + off;
+          float* si = scores + static_cast<size_t>(i - t0) * static_cast<size_t>(ctx);
+          float m = mx[i - t0];
+          for (int64_t j = j0; j < end; ++j) {
+            const float sc = Dot(qi, kb + static_cast<size_t>(j - j0) * A, hd) * scale;
+            si[j] = sc;
+            m = std::max(m, sc);
+          }
+          mx[i - t0] = m;
+        }
+      }
+      for (int i = t0; i < t1; ++i) {
+        sum[i - t0] = 0.0f;
+        std::fill(att + static_cast<size_t>(i) * A + off, att + static_cast<size_t>(i) * A + off + hd, 0.0f);
+      }
+      for (int64_t j0 = 0; j0 < keys; j0 += B) {
+        const int block = step.block_table[static_cast<size_t>(j0 / B)];
+        const float* vb = kv.GlobalV(block) + off;
+        for (int i = t0; i < t1; ++i) {
+          const int64_t end = std::min<int64_t>(j0 + B, pos0 + i + 1);
+          const float* si = scores + static_cast<size_t>(i - t0) * static_cast<size_t>(ctx);
+          float* out = att + static_cast<size_t>(i) * A + off;
+          const float m = mx[i - t0];
+          float acc = sum[i - t0];
+          for (int64_t j = j0; j < end; ++j) {
+            const float e = std::exp(si[j] - m);
+            acc += e;
+            const float* v = vb + static_cast<size_t>(j - j0) * A;
+            for (int d = 0; d < hd; ++d) out[d] += e * v[d];
+          }
+          sum[i - t0] = acc;
+        }
+      }
+      for (int i = t0; i < t1; ++i) {
+        float* out = att + static_cast<size_t>(i) * A + off;
+        const float inv = 1.0f / sum[i - t0];
+        for (int d = 0; d < hd; ++d) out[d] *= inv;
+      }
     }
   }
   Linear(att, n, A, w.wo, H, o);
