@@ -175,7 +175,7 @@ int Main(int argc, char** argv) {
     if (!e.ok()) return fail(e.status());
     auto cold = Run(**e, prompt);
     if (!cold.ok()) return fail(cold.status());
-    rows.push_back({"cold", *cold});
+    rows.push_back({"cold", *cold, 0, {}});
     EngineDelta d0 = EngineDelta::Of((*e)->GetStats());
     auto pool = Run(**e, prompt);
     if (!pool.ok()) return fail(pool.status());

@@ -134,6 +134,18 @@ Stats EngineImpl::GetStats() const {
   s.kv_store_fetch_timeouts = stat_fetch_timeouts_.load();
   s.kv_store_fetch_seconds_total = static_cast<double>(stat_fetch_ns_.load()) / 1e9;
   s.kv_loading = stat_loading_.load();
+  if (fetcher_) {
+    const kvcache::FetcherStoreStats f = fetcher_->stats();
+    s.kv_fetcher = true;
+    s.kv_fetcher_connected = f.connected;
+    s.kv_fetcher_reconnects = f.reconnects;
+    s.kv_fetcher_shm_hit_blocks = f.fetcher.shm_hits;
+    s.kv_fetcher_store_read_blocks = f.fetcher.store_reads;
+    s.kv_fetcher_slots = f.fetcher.slots;
+    s.kv_fetcher_slots_used = f.fetcher.slots_used;
+    s.kv_fetcher_slots_pinned = f.fetcher.slots_pinned;
+    s.kv_fetcher_write_drops = f.put_queue_drops + f.put_stage_drops;
+  }
   s.swa_hits = stat_swa_hits_.load();
   s.swa_misses = stat_swa_misses_.load();
   s.replayed_tokens = stat_replayed_.load();

@@ -106,6 +106,7 @@ class FetcherStore::Impl {
         for (;;) {
           if (stop_ && queue_.empty()) return;
           if (!queue_.empty()) break;
+          if (Clock::now() >= next_stat_) break;  // refresh the cached fetcher counters
           if (want_reconnect_) {
             const auto next = last_attempt + opt_.reconnect_every;
             if (Clock::now() >= next) {
@@ -113,10 +114,15 @@ class FetcherStore::Impl {
               reconnect = true;
               break;
             }
-            qcv_.wait_until(lk, next);
+            qcv_.wait_until(lk, std::min(next, next_stat_));
             continue;
           }
-          qcv_.wait(lk);
+          qcv_.wait_until(lk, next_stat_);
+        }
+        if (!reconnect && queue_.empty()) {
+          lk.unlock();
+          RefreshStats();
+          continue;
         }
         if (!reconnect) {
           job = std::move(queue_.front());
@@ -181,6 +187,22 @@ class FetcherStore::Impl {
            });
   }
 
+  // Writer thread: the fetcher's STAT, kept for stats() (a blocking call, so never a caller's).
+  void RefreshStats() {
+    next_stat_ = Clock::now() + std::chrono::seconds(1);
+    std::shared_ptr<FetcherClient> c;
+    {
+      std::lock_guard lk(mu_);
+      if (client_ && client_->alive()) c = client_;
+    }
+    if (!c) return;
+    auto st = c->Stat(std::chrono::milliseconds(500));
+    if (!st.ok()) return;
+    std::lock_guard lk(mu_);
+    stats_.fetcher = *st;
+    stats_.fetcher_valid = true;
+  }
+
   void CountStageDrops(size_t n) {
     std::lock_guard lk(mu_);
     stats_.put_stage_drops += n;
@@ -206,6 +228,7 @@ class FetcherStore::Impl {
   size_t queued_bytes_ = 0;
   bool stop_ = false;
   bool want_reconnect_ = false;
+  Clock::time_point next_stat_{};  // writer thread (read under qmu_ for its waits)
   std::thread writer_;
 };
 

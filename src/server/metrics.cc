@@ -120,6 +120,23 @@ std::string Metrics::Render(const engine::Stats& stats) {
   gauge("ladle_kv_store_fetch_timeouts_total", "counter", "Store reads cut by their deadline (the rest recomputed).",
         stats.kv_store_fetch_timeouts);
   gauge("ladle_kv_store_fetch_seconds_total", "counter", "Time store reads took, summed.", stats.kv_store_fetch_seconds_total);
+  if (stats.kv_fetcher) {
+    gauge("ladle_kv_fetcher_up", "gauge", "1 while the engine is connected to its kv-fetcher process.",
+          stats.kv_fetcher_connected ? 1 : 0);
+    gauge("ladle_kv_fetcher_reconnects_total", "counter", "Reconnections to a restarted kv-fetcher.",
+          stats.kv_fetcher_reconnects);
+    gauge("ladle_kv_fetcher_shm_hit_blocks_total", "counter",
+          "Fetched blocks the kv-fetcher served from its shared-memory pool (this fetcher's lifetime).",
+          stats.kv_fetcher_shm_hit_blocks);
+    gauge("ladle_kv_fetcher_store_read_blocks_total", "counter",
+          "Fetched blocks the kv-fetcher read from the store (this fetcher's lifetime).", stats.kv_fetcher_store_read_blocks);
+    gauge("ladle_kv_fetcher_shm_slots", "gauge", "Block slots of the kv-fetcher's shared-memory pool.", stats.kv_fetcher_slots);
+    gauge("ladle_kv_fetcher_shm_slots_used", "gauge", "Slots holding a block.", stats.kv_fetcher_slots_used);
+    gauge("ladle_kv_fetcher_shm_slots_pinned", "gauge", "Slots pinned by an engine copy in progress.",
+          stats.kv_fetcher_slots_pinned);
+    gauge("ladle_kv_fetcher_write_drops_total", "counter", "Blocks not written: the write queue or staging slots were full.",
+          stats.kv_fetcher_write_drops);
+  }
   gauge("ladle_kv_loading", "gauge", "Requests waiting for their prefix blocks to arrive from the store.", stats.kv_loading);
   gauge("ladle_swa_hits_total", "counter", "Prefix hits whose SWA KVCache entry was in the host pool (prefix skipped exactly).",
         stats.swa_hits);

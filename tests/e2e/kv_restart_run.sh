@@ -113,6 +113,9 @@ for _ in $(seq 1 100); do  # the engine's writer thread reconnects within reconn
   sleep 0.1
 done
 grep -q "kvfetch.reconnected" "$work/c.log" || { echo "the engine did not reconnect to the new fetcher" >&2; exit 1; }
+reconnects=$(metric "$port" ladle_kv_fetcher_reconnects_total); up=$(metric "$port" ladle_kv_fetcher_up)
+[[ "${reconnects%.*}" -ge 1 && "${up%.*}" -eq 1 ]] ||
+  { echo "/metrics does not show the fetcher reconnected and up" >&2; exit 1; }
 ask "$port" "$work/e.json" "Second: "
 hit_e=$(metric "$port" ladle_prefix_hit_tokens_store_total)
 python3 - "$work/a2.json" "$work/e.json" "$hit_c" "$hit_e" <<'PY'

@@ -91,6 +91,12 @@ struct Stats {
   double kv_store_fetch_seconds_total = 0;
   // Sequences waiting for a fetch (the "loading" state), now.
   size_t kv_loading = 0;
+  // With a fetcher process (kvcache::FetcherStore): whether it is connected, reconnects, its
+  // blocks served from shm vs read from the store, and its shm pool (as of about a second ago).
+  bool kv_fetcher = false, kv_fetcher_connected = false;
+  uint64_t kv_fetcher_reconnects = 0, kv_fetcher_shm_hit_blocks = 0, kv_fetcher_store_read_blocks = 0;
+  uint64_t kv_fetcher_slots = 0, kv_fetcher_slots_used = 0, kv_fetcher_slots_pinned = 0;
+  uint64_t kv_fetcher_write_drops = 0;
   // The SWA KVCache host pool (EngineConfig::swa_pool) and the hit policy: prefix hits whose
   // SWA entry existed (the whole prefix skipped exactly) or not (the last window replayed),
   // tokens replayed, and the pool's entries, bytes, stores, expiries and evictions.

@@ -31,6 +31,10 @@ struct FetcherStoreStats {
   uint64_t put_queue_drops = 0;   // blocks dropped: the write queue was full
   uint64_t put_stage_drops = 0;   // blocks dropped: no staging slot, or no fetcher
   bool connected = false;
+  // The fetcher's own counters (shm hits, store reads, pool use), refreshed by the writer
+  // thread about once a second, so reading them never waits on the fetcher.
+  FetcherStats fetcher;
+  bool fetcher_valid = false;
 };
 
 class FetcherStore final : public KvStore {

@@ -118,6 +118,13 @@ TEST_F(EngineFetcher, ARestartHitsThroughTheFetcherFromTheStoreThenFromShm) {
     } else {
       EXPECT_EQ(after.shm_hits - before.shm_hits, 3u);
       EXPECT_EQ(after.store_reads, before.store_reads);
+      // The engine's view of the fetcher (for /metrics) catches up within its refresh period.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (e->GetStats().kv_fetcher_shm_hit_blocks < after.shm_hits && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(Ms(20));
+      EXPECT_TRUE(e->GetStats().kv_fetcher && e->GetStats().kv_fetcher_connected);
+      EXPECT_EQ(e->GetStats().kv_fetcher_shm_hit_blocks, after.shm_hits);
+      EXPECT_EQ(e->GetStats().kv_fetcher_slots, srv->slots());
     }
     e->Shutdown();
     EXPECT_EQ(srv->Stats().slots_pinned, 0u) << "every pin released after the copy";
