@@ -259,7 +259,7 @@ void FetcherStore::FetchPinned(std::span<const BlockKey> keys, std::function<voi
   std::weak_ptr<FetcherClient> weak = c;
   c->Fetch(
       keys,
-      [on_key, weak, c_raw = c.get()](size_t i, Result<ShmBlock> b) {
+      [on_key, weak](size_t i, Result<ShmBlock> b) {
         if (!b.ok()) return on_key(i, b.status());
         // The pin's handle keeps the client (and so its mapping) alive; the last copy releases.
         std::shared_ptr<FetcherClient> keep = weak.lock();

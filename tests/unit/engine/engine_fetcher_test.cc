@@ -37,9 +37,13 @@ class EngineFetcher : public ::testing::Test {
     mc.vocab_size = 8192;
     return mc;
   }
+  // The model's block size, from one model made once (each Model::Create initialises weights).
   static size_t BlockBytes() {
-    auto m = Model::Create(Mc(), "");
-    return m.ok() ? (*m)->NewKvStorage(1, 1)->block_bytes() : 0;
+    static const size_t bytes = [] {
+      auto m = Model::Create(Mc(), "");
+      return m.ok() ? (*m)->NewKvStorage(1, 1)->block_bytes() : size_t{0};
+    }();
+    return bytes;
   }
 
   static std::unique_ptr<Engine> Make(std::shared_ptr<kvcache::KvStore> store, int64_t deadline_ms = 5000) {
