@@ -1,0 +1,92 @@
+// A pooled HTTP/1.1 client with deadlines: keep-alive connections reused per endpoint, a bound
+// on connections per endpoint (callers beyond it wait, within their deadline), and bodies
+// either collected or streamed to a callback as they arrive (server-sent events: sse.h).
+//
+//   auto client = HttpClient::Create({.io_threads = 1});
+//   CallOptions o;  o.connect_timeout = 500ms;  o.timeout = 10s;
+//   Result<HttpResponse> r = (*client)->Fetch(ep, {"POST", "/v1/compile", {}, body}, o);
+//
+//   o.on_body = [&](const HttpResponse& head, std::string_view bytes) {   // streaming
+//     return parser.Feed(bytes, &events).ok();                          // false: stop reading
+//   };
+//
+// Errors are Status values, never exceptions: kDeadlineExceeded when the connect timeout or
+// the call's deadline passes (waiting for a pooled connection included), kUnavailable when the
+// endpoint refuses, resets or closes before the response ends (a close mid-body included),
+// kOutOfRange for a body over max_body_bytes, kCancelled when on_body asked to stop or the
+// client was destroyed, kInvalidArgument for a request Beast cannot send. An HTTP error status
+// is not an error here: it is a response (its body collected even when streaming).
+// A request on a reused connection that the server had closed meanwhile (no byte of a response
+// came back) is retried once on a fresh connection.
+//
+// Threads: the client runs its own io threads. Callbacks (on_body, FetchAsync's done) run on
+// them and must not block; exceptions they throw are caught and end the call (kInternal).
+// Fetch blocks the calling thread and is refused (kFailedPrecondition) on an io thread of this
+// client. All methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "ladle/core/result.h"
+#include "ladle/net/http.h"
+
+namespace ladle::net {
+
+struct HttpClientOptions {
+  int io_threads = 1;
+  // Open connections to one endpoint at most (busy, connecting and idle together).
+  size_t max_connections_per_endpoint = 16;
+  // An idle pooled connection older than this is closed instead of reused.
+  std::chrono::milliseconds idle_timeout{30000};
+  std::string user_agent = "ladle";
+};
+
+struct CallOptions {
+  // A new connection's TCP connect (name resolution included), within the deadline.
+  std::chrono::milliseconds connect_timeout{5000};
+  // The whole call: pool wait, connect, write and the last body byte. 0: no deadline.
+  std::chrono::milliseconds timeout{30000};
+  size_t max_body_bytes = 1u << 30;  // collected bodies; a streamed 2xx body is not bounded
+  // Set: a 2xx body goes here piece by piece as it arrives, with the response head (status and
+  // headers); return false to stop (the call ends kCancelled, the connection closes).
+  std::function<bool(const HttpResponse& head, std::string_view bytes)> on_body;
+};
+
+struct HttpClientStats {
+  uint64_t calls = 0;
+  uint64_t connections_opened = 0;  // fresh TCP connections
+  uint64_t connections_reused = 0;  // calls served on a pooled keep-alive connection
+  uint64_t stale_retries = 0;       // reused connections found closed, retried fresh
+};
+
+class HttpClient {
+ public:
+  static Result<std::unique_ptr<HttpClient>> Create(HttpClientOptions options = {});
+  // Ends the calls in flight (kCancelled) and joins the io threads. Not from a callback.
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  using Done = std::function<void(Result<HttpResponse>)>;
+  // Starts a call; `done` runs exactly once, on an io thread.
+  void FetchAsync(const Endpoint& endpoint, HttpRequest request, CallOptions options, Done done);
+  // The blocking form.
+  Result<HttpResponse> Fetch(const Endpoint& endpoint, HttpRequest request, const CallOptions& options);
+
+  HttpClientStats stats() const;
+  // Open connections to `endpoint` now (busy and idle).
+  size_t open_connections(const Endpoint& endpoint) const;
+
+  struct Impl;
+
+ private:
+  explicit HttpClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ladle::net
