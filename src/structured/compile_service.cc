@@ -76,6 +76,8 @@ struct CompileService::Impl {
   std::condition_variable idle;
 
   std::unique_ptr<ThreadPool> pool;
+  // Keep-alive connections to the grammar workers (null without workers).
+  std::unique_ptr<net::HttpClient> http;
 
   // Under mu.
   void Insert(const ConstraintKey& key, std::shared_ptr<const CompiledConstraint> value) {
@@ -140,7 +142,7 @@ struct CompileService::Impl {
         ++workers[static_cast<size_t>(w)].in_flight;
         endpoint = workers[static_cast<size_t>(w)].endpoint;
       }
-      CompileResult r = CompileRemote(endpoint, spec, vocab, opts.worker_timeout_ms);
+      CompileResult r = CompileRemote(*http, endpoint, spec, vocab, opts.worker_timeout_ms);
       std::lock_guard lock(mu);
       Worker& wk = workers[static_cast<size_t>(w)];
       --wk.in_flight;
@@ -235,6 +237,14 @@ Result<std::unique_ptr<CompileService>> CompileService::Create(std::shared_ptr<c
   for (const auto& w : opts.workers) {
     if (w.find(':') == std::string::npos) return InvalidArgument("grammar worker '" + w + "': expected host:port");
     impl->workers.push_back(Impl::Worker{w});
+  }
+  if (!impl->workers.empty()) {
+    net::HttpClientOptions ho;
+    // A connection per compile thread and worker at most: compiles never wait for one.
+    ho.max_connections_per_endpoint = std::max<size_t>(1, opts.threads);
+    auto http = net::HttpClient::Create(ho);
+    if (!http.ok()) return http.status();
+    impl->http = std::move(http).value();
   }
   impl->pool = std::make_unique<ThreadPool>(std::max<size_t>(1, opts.threads));
   impl->opts = std::move(opts);

@@ -1,26 +1,18 @@
-// `ladle grammar-worker` (server side) and CompileRemote (client side) over HTTP/1.1.
+// `ladle grammar-worker` (server side) and CompileRemote (client side) over HTTP/1.1: the
+// protocol here, the transport in the net module (HttpServer, HttpClient).
 #include "ladle/structured/grammar_worker.h"
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
 #include <atomic>
-#include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "ladle/core/logging.h"
 #include "ladle/json/json.h"
+#include "ladle/net/http_server.h"
 
 namespace ladle::structured {
-
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
 
 namespace {
 
@@ -107,130 +99,68 @@ CompileResult DecodeCompileResponse(std::string_view body, std::shared_ptr<const
 
 // ---- Client ------------------------------------------------------------------------------
 
+CompileResult CompileRemote(net::HttpClient& client, const std::string& endpoint, const ConstraintSpec& spec,
+                            std::shared_ptr<const grammar::TokenVocabulary> vocab, uint32_t timeout_ms) {
+  auto ep = net::Endpoint::Parse(endpoint);
+  if (!ep.ok()) return InvalidArgument("grammar worker '" + endpoint + "': expected host:port");
+  net::CallOptions o;
+  o.connect_timeout = std::chrono::milliseconds(timeout_ms);
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  auto res = client.Fetch(*ep, {"POST", "/v1/compile", {{"Content-Type", "application/json"}}, SpecToJson(spec)}, o);
+  if (!res.ok()) {
+    // Every transport failure is the worker's, so the compile falls back: kUnavailable unless
+    // it was the deadline.
+    const StatusCode code =
+        res.status().code() == StatusCode::kDeadlineExceeded ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable;
+    return Status(code, fmt::format("grammar worker {}", res.status().message()));
+  }
+  if (res->status != 200) return ErrorFromBody(res->status, res->body);
+  return DecodeCompileResponse(res->body, std::move(vocab), endpoint);
+}
+
 CompileResult CompileRemote(const std::string& endpoint, const ConstraintSpec& spec,
                             std::shared_ptr<const grammar::TokenVocabulary> vocab, uint32_t timeout_ms) {
-  const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos) return InvalidArgument("grammar worker '" + endpoint + "': expected host:port");
-  const std::string host = endpoint.substr(0, colon), port = endpoint.substr(colon + 1);
-  // Exceptions stay here: Beast's sync calls take error codes, but resolver/stream
-  // construction can still throw on exotic failures.
-  try {
-    net::io_context ioc;
-    beast::error_code ec;
-    tcp::resolver resolver(ioc);
-    auto results = resolver.resolve(host, port, ec);
-    if (ec) return Status(StatusCode::kUnavailable, fmt::format("grammar worker {}: resolve: {}", endpoint, ec.message()));
-    beast::tcp_stream stream(ioc);
-    const auto timeout = std::chrono::milliseconds(timeout_ms);
-    // The stream's timeouts apply to async operations only, so run each step async and
-    // bounded by the io_context.
-    std::string body = SpecToJson(spec);
-    http::request<http::string_body> req(http::verb::post, "/v1/compile", 11);
-    req.set(http::field::host, host);
-    req.set(http::field::content_type, "application/json");
-    req.body() = std::move(body);
-    req.prepare_payload();
-    http::response<http::string_body> res;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(1ull << 30);
-    beast::flat_buffer buffer;
-    beast::error_code step_ec;
-    std::string_view step = "connect";
-    stream.expires_after(timeout);
-    stream.async_connect(results, [&](beast::error_code e, const tcp::endpoint&) {
-      if (e) {
-        step_ec = e;
-        return;
-      }
-      step = "write";
-      http::async_write(stream, req, [&](beast::error_code e2, size_t) {
-        if (e2) {
-          step_ec = e2;
-          return;
-        }
-        step = "read";
-        http::async_read(stream, buffer, parser, [&](beast::error_code e3, size_t) { step_ec = e3; });
-      });
-    });
-    ioc.run();
-    if (step_ec) {
-      return Status(StatusCode::kUnavailable, fmt::format("grammar worker {}: {}: {}", endpoint, step, step_ec.message()));
-    }
-    res = parser.release();
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    const int status = static_cast<int>(res.result_int());
-    if (status != 200) return ErrorFromBody(status, res.body());
-    return DecodeCompileResponse(res.body(), std::move(vocab), endpoint);
-  } catch (const std::exception& e) {
-    return Status(StatusCode::kUnavailable, fmt::format("grammar worker {}: {}", endpoint, e.what()));
-  }
+  auto client = net::HttpClient::Create();
+  if (!client.ok()) return client.status();
+  return CompileRemote(**client, endpoint, spec, std::move(vocab), timeout_ms);
 }
 
 // ---- Server ------------------------------------------------------------------------------
 
 namespace {
 
-class WorkerImpl;
-
-class Connection : public std::enable_shared_from_this<Connection> {
- public:
-  Connection(WorkerImpl& w, tcp::socket socket) : worker_(w), stream_(std::move(socket)) {}
-  void Start() { Read(); }
-
- private:
-  void Read();
-  void OnRead(beast::error_code ec);
-  void Reply(http::status status, std::string_view type, std::string body, bool keep_alive);
-
-  WorkerImpl& worker_;
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  http::request<http::string_body> req_;
-};
-
 class WorkerImpl : public GrammarWorker {
  public:
-  WorkerImpl(GrammarWorkerOptions opts, tokenizer::Tokenizer base)
-      : opts_(std::move(opts)), base_(std::move(base)), acceptor_(ioc_) {}
+  WorkerImpl(GrammarWorkerOptions opts, tokenizer::Tokenizer base) : opts_(std::move(opts)), base_(std::move(base)) {}
   ~WorkerImpl() override { Stop(); }
 
   Status Bind() {
-    beast::error_code ec;
-    auto address = net::ip::make_address(opts_.host, ec);
-    if (ec) return InvalidArgument("bad --host " + opts_.host + ": " + ec.message());
-    tcp::endpoint ep(address, opts_.port);
-    acceptor_.open(ep.protocol(), ec);
-    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-    if (ec) return Status(StatusCode::kUnavailable, fmt::format("cannot listen on {}:{}: {}", opts_.host, opts_.port, ec.message()));
-    port_ = acceptor_.local_endpoint().port();
+    net::HttpServerOptions so;
+    so.host = opts_.host;
+    so.port = opts_.port;
+    so.io_threads = std::max(1, opts_.io_threads);
+    so.server_name = "ladle-grammar-worker";
+    so.max_body_bytes = 64u << 20;  // a spec is a schema or a grammar: large ones stay well under
+    LADLE_ASSIGN_OR_RETURN(server_, net::HttpServer::Create(so, [this](net::HttpRequest req, net::HttpServer::Respond respond) {
+                             Handle(std::move(req), std::move(respond));
+                           }));
     return Status::Ok();
   }
 
-  uint16_t port() const override { return port_; }
-
-  void Start() override {
-    Accept();
-    for (int i = 0; i < std::max(1, opts_.io_threads); ++i) threads_.emplace_back([this] { ioc_.run(); });
-  }
+  uint16_t port() const override { return server_->port(); }
+  void Start() override { server_->Start(); }
 
   void Stop() override {
-    if (stopped_.exchange(true)) return;
-    net::post(ioc_, [this] {
-      beast::error_code ec;
-      acceptor_.close(ec);
-    });
-    ioc_.stop();
-    for (auto& t : threads_) t.join();
-    threads_.clear();
-    // Compiles in flight finish (their replies go nowhere: the io context is stopped).
+    if (stopped_.exchange(true) || !server_) return;
+    server_->Stop();
+    // Compiles in flight finish (their replies go nowhere: the server is stopped).
     std::lock_guard lock(mu_);
     services_.clear();
   }
 
   uint64_t compiles_served() const override { return served_.load(); }
 
+ private:
   // The service for a version, built on first use.
   Result<CompileService*> ServiceFor(frontend::ModelVersion v) {
     std::lock_guard lock(mu_);
@@ -246,100 +176,50 @@ class WorkerImpl : public GrammarWorker {
     return raw;
   }
 
-  void CountServed() { served_.fetch_add(1); }
+  static net::HttpResponse Json(const Status& s) {
+    return net::HttpResponse::WithBody(HttpStatusFor(s.code()), "application/json", ErrorBody(s));
+  }
 
- private:
-  void Accept() {
-    acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-      if (ec) {
-        if (!acceptor_.is_open()) return;
-      } else {
-        std::make_shared<Connection>(*this, std::move(socket))->Start();
+  void Handle(net::HttpRequest req, net::HttpServer::Respond respond) {
+    if (req.method == "GET" && req.target == "/health") {
+      respond(net::HttpResponse::WithBody(200, "application/json", R"({"status":"ok"})"));
+      return;
+    }
+    if (req.method != "POST" || req.target != "/v1/compile") {
+      respond(Json(NotFound("no route " + req.target)));
+      return;
+    }
+    auto spec = SpecFromJson(req.body);
+    if (!spec.ok()) {
+      respond(Json(spec.status()));
+      return;
+    }
+    auto svc = ServiceFor(spec->version);
+    if (!svc.ok()) {
+      respond(net::HttpResponse::WithBody(500, "application/json", ErrorBody(svc.status())));
+      return;
+    }
+    // The compile runs on the service's threads; the server writes the answer on its own.
+    (*svc)->GetAsync(*spec, [this, respond = std::move(respond)](const CompileResult& r) {
+      if (!r.ok()) {
+        respond(Json(r.status()));
+        return;
       }
-      Accept();
+      served_.fetch_add(1);
+      respond(net::HttpResponse::WithBody(200, "application/octet-stream", EncodeCompileResponse(**r)));
     });
   }
 
   GrammarWorkerOptions opts_;
   tokenizer::Tokenizer base_;
-  net::io_context ioc_;
-  tcp::acceptor acceptor_;
-  uint16_t port_ = 0;
-  std::vector<std::thread> threads_;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> served_{0};
   std::mutex mu_;
   std::map<frontend::ModelVersion, std::unique_ptr<CompileService>> services_;
+  // Last: destroyed first, after Stop() has cleared the services (and with them every
+  // compile that could still answer through it).
+  std::unique_ptr<net::HttpServer> server_;
 };
-
-void Connection::Read() {
-  req_ = {};
-  stream_.expires_after(std::chrono::seconds(120));
-  http::async_read(stream_, buffer_, req_, [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
-}
-
-void Connection::OnRead(beast::error_code ec) {
-  if (ec) {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    return;
-  }
-  const bool keep_alive = req_.keep_alive();
-  const std::string_view target = req_.target();
-  if (req_.method() == http::verb::get && target == "/health") {
-    Reply(http::status::ok, "application/json", R"({"status":"ok"})", keep_alive);
-    return;
-  }
-  if (req_.method() != http::verb::post || target != "/v1/compile") {
-    Reply(http::status::not_found, "application/json", ErrorBody(NotFound("no route " + std::string(target))), keep_alive);
-    return;
-  }
-  auto spec = SpecFromJson(req_.body());
-  if (!spec.ok()) {
-    Reply(static_cast<http::status>(HttpStatusFor(spec.status().code())), "application/json", ErrorBody(spec.status()),
-          keep_alive);
-    return;
-  }
-  auto svc = worker_.ServiceFor(spec->version);
-  if (!svc.ok()) {
-    Reply(http::status::internal_server_error, "application/json", ErrorBody(svc.status()), keep_alive);
-    return;
-  }
-  // The compile runs on the service's threads; the reply goes back through the strand.
-  (*svc)->GetAsync(*spec, [self = shared_from_this(), keep_alive](const CompileResult& r) {
-    std::string body;
-    http::status status = http::status::ok;
-    std::string_view type = "application/octet-stream";
-    if (r.ok()) {
-      body = EncodeCompileResponse(**r);
-      self->worker_.CountServed();
-    } else {
-      status = static_cast<http::status>(HttpStatusFor(r.status().code()));
-      type = "application/json";
-      body = ErrorBody(r.status());
-    }
-    net::dispatch(self->stream_.get_executor(), [self, status, type, body = std::move(body), keep_alive]() mutable {
-      self->Reply(status, type, std::move(body), keep_alive);
-    });
-  });
-}
-
-void Connection::Reply(http::status status, std::string_view type, std::string body, bool keep_alive) {
-  auto res = std::make_shared<http::response<http::string_body>>(status, 11);
-  res->set(http::field::server, "ladle-grammar-worker");
-  res->set(http::field::content_type, type);
-  res->keep_alive(keep_alive);
-  res->body() = std::move(body);
-  res->prepare_payload();
-  http::async_write(stream_, *res, [self = shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
-    if (ec || !keep_alive) {
-      beast::error_code ignored;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      return;
-    }
-    self->Read();
-  });
-}
 
 }  // namespace
 

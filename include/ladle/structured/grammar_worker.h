@@ -1,7 +1,7 @@
 // `ladle grammar-worker`: the compiler as its own process (the recipe's dedicated SO
 // machines), and the client the server's CompileService uses to reach it.
 //
-// Protocol: HTTP/1.1 (Boost.Beast), keep-alive.
+// Protocol: HTTP/1.1, keep-alive (the net module's HttpServer and HttpClient).
 //   POST /v1/compile   body: SpecToJson(spec)
 //     200  application/octet-stream: "LGW1", u32 little-endian n, n bytes of report JSON
 //          ({"compile_ms":1.2,"approximations":[{"path":...,"what":...}]}), then
@@ -19,6 +19,7 @@
 #include <string>
 
 #include "ladle/core/result.h"
+#include "ladle/net/http_client.h"
 #include "ladle/structured/compile_service.h"
 #include "ladle/tokenizer/tokenizer.h"
 
@@ -43,9 +44,13 @@ class GrammarWorker {
   virtual uint64_t compiles_served() const = 0;
 };
 
-// One compile on a remote worker, blocking up to timeout_ms. Transport failures (refused,
-// reset, timeout, a malformed answer) are kUnavailable; a compile error the worker reports
-// keeps its code.
+// One compile on a remote worker, blocking up to timeout_ms, through `client`'s pooled
+// keep-alive connections. Transport failures (refused, reset, a malformed answer) are
+// kUnavailable, the deadline kDeadlineExceeded; a compile error the worker reports keeps its
+// code.
+CompileResult CompileRemote(net::HttpClient& client, const std::string& endpoint, const ConstraintSpec& spec,
+                            std::shared_ptr<const grammar::TokenVocabulary> vocab, uint32_t timeout_ms);
+// The same through a client of its own (one connection, closed afterwards).
 CompileResult CompileRemote(const std::string& endpoint, const ConstraintSpec& spec,
                             std::shared_ptr<const grammar::TokenVocabulary> vocab, uint32_t timeout_ms);
 
