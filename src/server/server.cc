@@ -1,4 +1,4 @@
-// ServerImpl: binding, accepting, the io threads and the drain.
+// ServerImpl: binding (net::Listener), the io threads and the drain.
 #include "server_impl.h"
 
 #include <csignal>
@@ -8,8 +8,8 @@
 
 namespace ladle::server {
 
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
 
 Result<std::unique_ptr<Server>> Server::Create(ServerConfig config, engine::Engine* engine,
                                                const tokenizer::Tokenizer& base) {
@@ -34,38 +34,18 @@ ServerImpl::ServerImpl(ServerConfig config, engine::Engine* engine, tokenizer::T
       tok_(std::move(version_tok)),
       responses_(ResponseStoreOptions{config_.response_store_entries, config_.response_store_bytes,
                                       config_.response_store_ttl_s}),
-      acceptor_(ioc_),
       signals_(ioc_),
       drain_timer_(ioc_) {}
 
 ServerImpl::~ServerImpl() { ioc_.stop(); }
 
 Status ServerImpl::Bind() {
-  boost::system::error_code ec;
-  auto address = net::ip::make_address(config_.host, ec);
-  if (ec) return InvalidArgument("bad --host " + config_.host + ": " + ec.message());
-  tcp::endpoint endpoint(address, config_.port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) return Status(StatusCode::kUnavailable, "cannot listen on " + config_.host + ":" +
-                                                      std::to_string(config_.port) + ": " + ec.message());
-  port_ = acceptor_.local_endpoint().port();
+  LADLE_ASSIGN_OR_RETURN(listener_, net::Listener::Create(ioc_, net::ListenOptions{config_.host, config_.port, true},
+                                                          [this](tcp::socket socket) {
+                                                            std::make_shared<Session>(*this, std::move(socket))->Start();
+                                                          }));
+  port_ = listener_->port();
   return Status::Ok();
-}
-
-void ServerImpl::Accept() {
-  acceptor_.async_accept(net::make_strand(ioc_), [this](boost::system::error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (ec != net::error::operation_aborted) LADLE_LOG_WARN("server.accept_failed error='{}'", ec.message());
-      if (!acceptor_.is_open()) return;
-    } else {
-      socket.set_option(tcp::no_delay(true), ec);  // SSE frames are small and latency-bound
-      std::make_shared<Session>(*this, std::move(socket))->Start();
-    }
-    if (!draining_.load()) Accept();
-  });
 }
 
 Status ServerImpl::Run() {
@@ -78,7 +58,7 @@ Status ServerImpl::Run() {
       Drain();
     });
   }
-  Accept();
+  listener_->Start();
   LADLE_LOG_INFO("server.listening host={} port={} model={} version={} auth={} max_queue={}", config_.host, port_,
                  config_.served_model_name, frontend::ModelVersionName(config_.version),
                  config_.keys.open() ? "open" : "keys", config_.max_queue);
@@ -91,10 +71,10 @@ Status ServerImpl::Run() {
 }
 
 void ServerImpl::Drain() {
-  net::post(ioc_, [this] {
+  asio::post(ioc_, [this] {
     if (draining_.exchange(true)) return;
+    listener_->Stop();
     boost::system::error_code ec;
-    acceptor_.close(ec);
     signals_.cancel(ec);
     LADLE_LOG_INFO("server.drain in_flight={} deadline_ms={}", in_flight_.load(), config_.drain_deadline_ms);
     DrainTick(std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_deadline_ms), false);

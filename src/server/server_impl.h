@@ -1,4 +1,4 @@
-// The server's shared state: configuration, engine, tokenizer, metrics, the acceptor and the
+// The server's shared state: configuration, engine, tokenizer, metrics, the listener and the
 // drain. Sessions reach it by reference. Internal to the server.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ladle/net/listener.h"
 #include "ladle/server/metrics.h"
 #include "ladle/server/server.h"
 #include "ladle/structured/compile_service.h"
@@ -49,7 +50,6 @@ class ServerImpl : public Server {
   void Untrack(engine::RequestId id);
 
  private:
-  void Accept();
   void DrainTick(std::chrono::steady_clock::time_point deadline, bool cancelled);
 
   ServerConfig config_;
@@ -61,7 +61,7 @@ class ServerImpl : public Server {
   // After ioc_, so it is destroyed first: compiles still running post their results into a
   // stopped (but still existing) io context.
   std::unique_ptr<structured::CompileService> grammar_;
-  boost::asio::ip::tcp::acceptor acceptor_;
+  std::unique_ptr<net::Listener> listener_;  // after ioc_, which must outlive it
   boost::asio::signal_set signals_;
   boost::asio::steady_timer drain_timer_;
   uint16_t port_ = 0;

@@ -12,11 +12,12 @@
 #include "ladle/core/logging.h"
 #include "ladle/frontend/encoder.h"
 #include "ladle/json/json.h"
+#include "ladle/net/sse.h"
 #include "server_impl.h"
 
 namespace ladle::server {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace beast = boost::beast;
 using frontend::Api;
 
@@ -83,10 +84,10 @@ engine::SamplingParams SamplingFor(const frontend::Request& r, int default_max_t
 
 }  // namespace
 
-Session::Session(ServerImpl& server, net::ip::tcp::socket socket) : server_(server), stream_(std::move(socket)) {}
+Session::Session(ServerImpl& server, asio::ip::tcp::socket socket) : server_(server), stream_(std::move(socket)) {}
 
 void Session::Start() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
 }
 
 void Session::DoRead() {
@@ -109,7 +110,7 @@ void Session::OnHeader(beast::error_code ec) {
   // curl sends `Expect: 100-continue` for bodies over 1 KiB and waits a second for this.
   if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+    asio::async_write(stream_, asio::buffer(kContinue), [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
       if (ec) {
         self->Close();
         return;
@@ -123,13 +124,13 @@ void Session::OnHeader(beast::error_code ec) {
 
 void Session::Close() {
   beast::error_code ec;
-  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
   stream_.close();
 }
 
 void Session::LingerThenClose() {
   beast::error_code ec;
-  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
   if (ec) {
     stream_.close();
     return;
@@ -145,7 +146,7 @@ void Session::LingerRead(std::shared_ptr<std::vector<char>> sink, Clock::time_po
     return;
   }
   stream_.expires_after(std::min<Clock::duration>(kLingerIdle, until - now));
-  stream_.async_read_some(net::buffer(*sink), [self = shared_from_this(), sink, until](beast::error_code ec, size_t) {
+  stream_.async_read_some(asio::buffer(*sink), [self = shared_from_this(), sink, until](beast::error_code ec, size_t) {
     if (ec) {  // EOF: the client read our answer and closed; or timeout, or reset
       self->stream_.close();
       return;
@@ -352,7 +353,7 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
   const bool constrained = PrepareConstraint(
       server_, request, encoded->ends_in_thinking, launch->sampling, req["x-ladle-grammar-budget"],
       [self = shared_from_this(), launch](ConstraintOutcome o) {
-        net::post(self->stream_.get_executor(), [self, launch, o = std::move(o)]() mutable {
+        asio::post(self->stream_.get_executor(), [self, launch, o = std::move(o)]() mutable {
           self->SubmitGeneration(std::move(*launch), std::move(o));
         });
       });
@@ -403,7 +404,7 @@ void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
       post = !queue->scheduled;
       queue->scheduled = true;
     }
-    if (post) net::post(self->stream_.get_executor(), [self] { self->DrainOutputs(); });
+    if (post) asio::post(self->stream_.get_executor(), [self] { self->DrainOutputs(); });
   };
   auto id = server_.engine().Submit(std::move(submit), std::move(sink));
   if (!id.ok()) {
@@ -422,7 +423,7 @@ void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
                   active_->gen->usage().prompt_tokens, active_->stream);
   // Watch for the client going away while the engine works (no read is pending meanwhile).
   stream_.expires_never();
-  stream_.socket().async_wait(net::ip::tcp::socket::wait_read,
+  stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
                               [self = shared_from_this()](beast::error_code ec) { self->OnPeerReadable(ec); });
 }
 
@@ -432,7 +433,7 @@ void Session::OnPeerReadable(beast::error_code ec) {
   const ssize_t n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0) return;  // a pipelined request: it waits in the socket for the next read
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-    stream_.socket().async_wait(net::ip::tcp::socket::wait_read,
+    stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
                                 [self = shared_from_this()](beast::error_code ec) { self->OnPeerReadable(ec); });
     return;
   }
@@ -442,7 +443,7 @@ void Session::OnPeerReadable(beast::error_code ec) {
 }
 
 void Session::CancelGeneration() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
     auto& a = self->active_;
     if (!a || a->cancel_sent || a->gen->done()) return;
     a->cancel_sent = true;
@@ -513,25 +514,24 @@ void Session::FlushStream() {
   }
   if (!a.head_sent) {
     a.head_sent = true;
-    a.out = fmt::format(
-        "HTTP/1.{} 200 OK\r\nServer: ladle\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "x-request-id: {}\r\n{}{}Connection: {}\r\n\r\n",
-        a.chunked ? 1 : 0, a.rid, a.dropped_tools.empty() ? "" : "x-ladle-dropped-tools: " + a.dropped_tools + "\r\n",
-        a.chunked ? "Transfer-Encoding: chunked\r\n" : "", a.keep_alive ? "keep-alive" : "close");
+    net::SseHeadOptions head;
+    head.http11 = a.chunked;
+    head.keep_alive = a.keep_alive;
+    head.headers.emplace_back("x-request-id", a.rid);
+    if (!a.dropped_tools.empty()) head.headers.emplace_back("x-ladle-dropped-tools", a.dropped_tools);
+    a.out = net::SseResponseHead(head);
   }
   if (!a.chunked) {
     a.out += a.pending;
     a.pending.clear();
     a.tail_sent = a.gen->done();  // nothing to send: FinishGeneration closes the connection
-  } else if (!a.pending.empty()) {
-    fmt::format_to(std::back_inserter(a.out), "{:x}\r\n", a.pending.size());
-    a.out += a.pending;
-    a.out += "\r\n";
+  } else {
+    net::AppendChunk(a.pending, &a.out);
     a.pending.clear();
   }
   if (a.gen->done() && !a.tail_sent) {
     a.tail_sent = true;
-    a.out += "0\r\n\r\n";
+    a.out += net::kLastChunk;
   }
   if (a.out.empty()) {
     if (a.tail_sent) FinishGeneration();
@@ -539,7 +539,7 @@ void Session::FlushStream() {
   }
   a.writing = true;
   stream_.expires_after(kIdleTimeout);  // a client that stops reading must not pin the request
-  net::async_write(stream_, net::buffer(a.out),
+  asio::async_write(stream_, asio::buffer(a.out),
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->OnStreamWrite(ec); });
 }
 
