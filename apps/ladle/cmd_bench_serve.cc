@@ -1,5 +1,5 @@
 // `ladle bench serve`: load generator against a running `ladle serve` (see
-// include/ladle/server/load_generator.h). Prints a progress line each second, then the table;
+// include/ladle/loadgen/load_generator.h). Prints a progress line each second, then the table;
 // `--plot FILE.svg` also writes the plot and `--json FILE` the raw per-request results.
 // `--duration S -c C` is the load test: C clients back to back for S seconds, the server's RSS
 // scraped from /metrics, and with `--max-rss-growth-mb` a failing exit when memory grows.
@@ -13,7 +13,7 @@
 #include "commands.h"
 #include "ladle/core/logging.h"
 #include "ladle/json/json.h"
-#include "ladle/server/load_generator.h"
+#include "ladle/loadgen/load_generator.h"
 
 namespace ladle::app {
 
@@ -39,22 +39,22 @@ struct BenchServeOpts {
 };
 
 int RunBenchServe(const BenchServeOpts& o) {
-  if (Status s = server::CheckBenchApi(o.api); !s.ok()) {
+  if (Status s = loadgen::CheckBenchApi(o.api); !s.ok()) {
     LADLE_LOG_ERROR("bench_serve.failed error='{}'", s.ToString());
     return 2;
   }
-  std::vector<server::BenchRequest> reqs;
+  std::vector<loadgen::BenchRequest> reqs;
   if (o.trace.empty()) {
-    reqs = server::SyntheticRequests(o.num, o.input, o.output);
+    reqs = loadgen::SyntheticRequests(o.num, o.input, o.output);
   } else {
-    auto t = server::LoadTrace(o.format, o.trace, o.num, o.max_input, o.max_output);
+    auto t = loadgen::LoadTrace(o.format, o.trace, o.num, o.max_input, o.max_output);
     if (!t.ok()) {
       LADLE_LOG_ERROR("bench_serve.failed error='{}'", t.status().ToString());
       return 2;
     }
     reqs = std::move(t).value();
   }
-  server::BenchOptions bo;
+  loadgen::BenchOptions bo;
   bo.host = o.host;
   bo.port = static_cast<uint16_t>(o.port);
   bo.model = o.model;
@@ -78,7 +78,7 @@ int RunBenchServe(const BenchServeOpts& o) {
                  o.concurrency > 0 ? std::to_string(o.concurrency).c_str() : "unlimited");
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto report = server::RunBench(reqs, bo, [t0](size_t done, size_t total, size_t errors) {
+  auto report = loadgen::RunBench(reqs, bo, [t0](size_t done, size_t total, size_t errors) {
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (total > 0) {
       std::fprintf(stderr, "\r  %zu/%zu done, %zu errors   ", done, total, errors);
@@ -88,12 +88,12 @@ int RunBenchServe(const BenchServeOpts& o) {
     std::fflush(stderr);
   });
   std::fprintf(stderr, "\n");
-  std::cout << server::FormatReport(report);
+  std::cout << loadgen::FormatReport(report);
   // Flat memory: no RSS trend after the warm-up beyond the bound.
   bool memory_ok = true;
   if (o.sample_interval > 0) {
     const double warmup = o.warmup >= 0 ? o.warmup : report.duration_s / 5;
-    const auto mem = server::AnalyzeMemory(report, warmup);
+    const auto mem = loadgen::AnalyzeMemory(report, warmup);
     if (mem.valid) {
       std::cout << fmt::format("server RSS after {:.0f} s warm-up {:.1f} MB, trend over the rest {:+.1f} MB", warmup,
                                mem.after_warmup_mb, mem.growth_mb);
@@ -109,7 +109,7 @@ int RunBenchServe(const BenchServeOpts& o) {
     }
   }
   if (!o.plot.empty()) {
-    std::ofstream(o.plot) << server::RenderSvg(report);
+    std::ofstream(o.plot) << loadgen::RenderSvg(report);
     std::cout << "plot: " << o.plot << "\n";
   }
   if (!o.json_out.empty()) {

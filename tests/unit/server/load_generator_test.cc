@@ -1,6 +1,6 @@
 // `ladle bench serve`'s parts: trace readers (Mooncake JSONL, Azure CSV), the report table and
 // plot, and a short run against the fake-engine server.
-#include "ladle/server/load_generator.h"
+#include "ladle/loadgen/load_generator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,8 @@
 
 namespace ladle::server::testing {
 namespace {
+
+using namespace ladle::loadgen;
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/" + name;

@@ -2,7 +2,8 @@
 // synthetic load against a running server's streaming Chat Completions, Responses or Messages
 // endpoint, and reports throughput and TTFT / TPOT / ITL / end-to-end percentiles as a table
 // and an SVG plot. A timed closed-loop mode (`duration_s`) with the server's RSS scraped from
-// /metrics is the load test: zero errors and flat memory.
+// /metrics is the load test: zero errors and flat memory. The HTTP is net's HttpClient (pooled
+// keep-alive connections, each stream read as it arrives through an SseParser).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 #include "ladle/core/result.h"
 
-namespace ladle::server {
+namespace ladle::loadgen {
 
 struct BenchRequest {
   double arrival_s = 0;  // relative to the start of the run
@@ -30,7 +31,7 @@ Result<std::vector<BenchRequest>> LoadTrace(const std::string& format, const std
 std::vector<BenchRequest> SyntheticRequests(size_t n, int input, int output);
 
 struct BenchOptions {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";  // a numeric address or a name
   uint16_t port = 8000;
   std::string model = "ladle";
   std::string api_key;
@@ -91,4 +92,4 @@ BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptio
 std::string FormatReport(const BenchReport& report);
 std::string RenderSvg(const BenchReport& report);
 
-}  // namespace ladle::server
+}  // namespace ladle::loadgen

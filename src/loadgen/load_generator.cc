@@ -1,14 +1,12 @@
-// The `ladle bench serve` load generator: one blocking client thread per in-flight request
-// (simple, and at the few hundred streams this targets the threads cost less than the model).
-#include "ladle/server/load_generator.h"
+// The `ladle bench serve` load generator: one thread per in-flight request waits on its call
+// (simple, and at the few hundred streams this targets the threads cost less than the model);
+// the HTTP is one pooled net::HttpClient whose io threads time each SSE event as it arrives.
+#include "ladle/loadgen/load_generator.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -23,12 +21,11 @@
 
 #include "ladle/core/numbers.h"
 #include "ladle/json/json.h"
+#include "ladle/net/http_client.h"
+#include "ladle/net/sse.h"
 
-namespace ladle::server {
+namespace ladle::loadgen {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -94,7 +91,7 @@ int64_t IntAt(const json::Value* obj, const char* key) {
   return v && v->as_int64().ok() ? *v->as_int64() : -1;
 }
 
-// What one SSE frame means to the timer: generated text arrived, usage was reported, or the
+// What one SSE event means to the timer: generated text arrived, usage was reported, or the
 // server reported an error.
 struct FrameMeaning {
   bool token = false;
@@ -102,18 +99,10 @@ struct FrameMeaning {
   int64_t prompt_tokens = -1, output_tokens = -1;
 };
 
-FrameMeaning Interpret(const std::string& api, std::string_view frame) {
+FrameMeaning Interpret(const std::string& api, const net::SseEvent& ev) {
   FrameMeaning m;
-  std::string event, data;
-  size_t pos = 0;
-  while (pos < frame.size()) {
-    size_t nl = frame.find('\n', pos);
-    if (nl == std::string_view::npos) nl = frame.size();
-    std::string_view line = frame.substr(pos, nl - pos);
-    pos = nl + 1;
-    if (line.rfind("event: ", 0) == 0) event = line.substr(7);
-    if (line.rfind("data: ", 0) == 0) data += line.substr(6);
-  }
+  const std::string& event = ev.event;
+  const std::string& data = ev.data;
   if (data.empty() || data == "[DONE]") return m;
   auto v = json::Parse(data);
   if (!v.ok() || !v->is_object()) {
@@ -164,108 +153,98 @@ FrameMeaning Interpret(const std::string& api, std::string_view frame) {
   return m;
 }
 
-RequestResult RunOne(const BenchRequest& r, size_t index, const BenchOptions& o, Clock::time_point t0) {
+RequestResult RunOne(net::HttpClient& client, const BenchRequest& r, size_t index, const BenchOptions& o,
+                     Clock::time_point t0) {
   RequestResult res;
   const auto start = Clock::now();
   res.start_s = std::chrono::duration<double>(start - t0).count();
   auto since = [&](Clock::time_point t) { return std::chrono::duration<double>(t - start).count(); };
-  try {
-    net::io_context ioc;
-    beast::tcp_stream stream(ioc);
-    stream.connect(net::ip::tcp::endpoint(net::ip::make_address(o.host), o.port));
-    http::request<http::string_body> req(http::verb::post, PathFor(o.api), 11);
-    req.set(http::field::host, o.host);
-    req.set(http::field::content_type, "application/json");
-    if (!o.api_key.empty()) {
-      // Each API's own header, so the bench exercises what its SDK sends.
-      if (o.api == "messages") {
-        req.set("x-api-key", o.api_key);
-      } else {
-        req.set(http::field::authorization, "Bearer " + o.api_key);
-      }
+  net::HttpRequest req;
+  req.method = "POST";
+  req.target = PathFor(o.api);
+  req.headers.emplace_back("Content-Type", "application/json");
+  if (!o.api_key.empty()) {
+    // Each API's own header, so the bench exercises what its SDK sends.
+    if (o.api == "messages") {
+      req.headers.emplace_back("x-api-key", o.api_key);
+    } else {
+      req.headers.emplace_back("Authorization", "Bearer " + o.api_key);
     }
-    if (o.api == "messages") req.set("anthropic-version", "2023-06-01");
-    req.body() = BodyFor(o.api, o.model, PromptFor(r, index), std::max(1, r.output_tokens));
-    req.prepare_payload();
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(1u << 30);
-    http::read_header(stream, buf, parser);
-    if (parser.get().result_int() != 200) {
-      http::read(stream, buf, parser);
-      res.error = fmt::format("HTTP {}: {}", parser.get().result_int(), parser.get().body().substr(0, 200));
-      return res;
-    }
-    size_t scanned = 0;
-    bool first = true;
-    Clock::time_point last{};
-    while (!parser.is_done()) {
-      http::read_some(stream, buf, parser);
-      const std::string& b = parser.get().body();
-      size_t end;
-      while ((end = b.find("\n\n", scanned)) != std::string::npos) {
-        std::string_view frame(b.data() + scanned, end - scanned);
-        scanned = end + 2;
-        FrameMeaning m = Interpret(o.api, frame);
-        if (!m.error.empty()) {
-          res.error = std::move(m.error);
-          return res;
-        }
-        if (m.prompt_tokens >= 0) res.prompt_tokens = m.prompt_tokens;
-        if (m.output_tokens >= 0) res.output_tokens = m.output_tokens;
-        if (!m.token) continue;
-        const auto now = Clock::now();
-        if (first) {
-          res.ttft_s = since(now);
-          first = false;
-        } else {
-          res.itl_s.push_back(std::chrono::duration<double>(now - last).count());
-        }
-        last = now;
-      }
-    }
-    res.end_s = since(Clock::now());
-    if (first) res.ttft_s = res.end_s;  // no content at all: the first byte is the end
-    res.ok = true;
-  } catch (const std::exception& e) {
-    res.error = e.what();  // Beast reports socket errors as exceptions; they stop here
   }
+  if (o.api == "messages") req.headers.emplace_back("anthropic-version", "2023-06-01");
+  req.body = BodyFor(o.api, o.model, PromptFor(r, index), std::max(1, r.output_tokens));
+  // Each event is timed on the client's io thread as its bytes arrive.
+  net::SseParser parser;
+  std::vector<net::SseEvent> events;
+  bool first = true;
+  Clock::time_point last{};
+  net::CallOptions call;
+  call.timeout = std::chrono::milliseconds(0);  // a long generation is not an error: no deadline
+  call.on_body = [&](const net::HttpResponse& head, std::string_view bytes) {
+    if (head.status != 200) return true;  // another 2xx: its body is read and dropped
+    if (Status st = parser.Feed(bytes, &events); !st.ok()) {
+      res.error = st.ToString();
+      return false;
+    }
+    for (const auto& ev : events) {
+      FrameMeaning m = Interpret(o.api, ev);
+      if (!m.error.empty()) {
+        res.error = std::move(m.error);
+        return false;
+      }
+      if (m.prompt_tokens >= 0) res.prompt_tokens = m.prompt_tokens;
+      if (m.output_tokens >= 0) res.output_tokens = m.output_tokens;
+      if (!m.token) continue;
+      const auto now = Clock::now();
+      if (first) {
+        res.ttft_s = since(now);
+        first = false;
+      } else {
+        res.itl_s.push_back(std::chrono::duration<double>(now - last).count());
+      }
+      last = now;
+    }
+    events.clear();
+    return true;
+  };
+  auto answer = client.Fetch(net::Endpoint{o.host, o.port}, std::move(req), call);
+  if (!res.error.empty()) return res;  // the stream carried an error (the call was stopped)
+  if (!answer.ok()) {
+    res.error = answer.status().message();
+    return res;
+  }
+  if (answer->status != 200) {
+    res.error = fmt::format("HTTP {}: {}", answer->status, answer->body.substr(0, 200));
+    return res;
+  }
+  res.end_s = since(Clock::now());
+  if (first) res.ttft_s = res.end_s;  // no content at all: the first byte is the end
+  res.ok = true;
   return res;
 }
 
 // One GET /metrics; the gauges the load test watches.
-ServerSample Scrape(const BenchOptions& o, double t_s) {
+ServerSample Scrape(net::HttpClient& client, const BenchOptions& o, double t_s) {
   ServerSample s;
   s.t_s = t_s;
-  try {
-    net::io_context ioc;
-    beast::tcp_stream stream(ioc);
-    stream.expires_after(std::chrono::seconds(5));
-    stream.connect(net::ip::tcp::endpoint(net::ip::make_address(o.host), o.port));
-    http::request<http::empty_body> req(http::verb::get, "/metrics", 11);
-    req.set(http::field::host, o.host);
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(stream, buf, res);
-    if (res.result_int() != 200) return s;
-    auto gauge = [&](std::string_view name) {
-      const std::string& b = res.body();
-      for (size_t pos = 0; (pos = b.find(name, pos)) != std::string::npos; pos += name.size()) {
-        if ((pos == 0 || b[pos - 1] == '\n') && pos + name.size() < b.size() && b[pos + name.size()] == ' ') {
-          return std::strtod(b.c_str() + pos + name.size() + 1, nullptr);
-        }
+  net::CallOptions call;
+  call.timeout = std::chrono::seconds(5);
+  auto res = client.Fetch(net::Endpoint{o.host, o.port}, {"GET", "/metrics", {}, ""}, call);
+  // A missed scrape is a gap in the plot, not a failed run.
+  if (!res.ok() || res->status != 200) return s;
+  auto gauge = [&](std::string_view name) {
+    const std::string& b = res->body;
+    for (size_t pos = 0; (pos = b.find(name, pos)) != std::string::npos; pos += name.size()) {
+      if ((pos == 0 || b[pos - 1] == '\n') && pos + name.size() < b.size() && b[pos + name.size()] == ' ') {
+        return std::strtod(b.c_str() + pos + name.size() + 1, nullptr);
       }
-      return -1.0;
-    };
-    s.rss_bytes = gauge("process_resident_memory_bytes");
-    s.kv_blocks_used = gauge("ladle_kv_blocks_used");
-    s.running = gauge("ladle_running_batch");
-    s.in_flight = gauge("ladle_requests_in_flight");
-  } catch (const std::exception&) {
-    // A missed scrape is a gap in the plot, not a failed run.
-  }
+    }
+    return -1.0;
+  };
+  s.rss_bytes = gauge("process_resident_memory_bytes");
+  s.kv_blocks_used = gauge("ladle_kv_blocks_used");
+  s.running = gauge("ladle_running_batch");
+  s.in_flight = gauge("ladle_requests_in_flight");
   return s;
 }
 
@@ -366,6 +345,20 @@ BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptio
   report.api = o.api;
   const bool timed = o.duration_s > 0;
   if (requests.empty()) return report;
+  // Enough connections for every request in flight plus the scrape: no call waits for one.
+  net::HttpClientOptions co;
+  co.io_threads = 2;
+  const size_t in_flight_max = timed ? static_cast<size_t>(std::max(1, o.concurrency))
+                               : o.concurrency > 0 ? static_cast<size_t>(o.concurrency)
+                                                   : requests.size();
+  co.max_connections_per_endpoint = in_flight_max + 1;
+  auto made = net::HttpClient::Create(co);
+  if (!made.ok()) {
+    report.results.resize(timed ? 1 : requests.size());
+    for (auto& r : report.results) r.error = made.status().ToString();
+    return report;
+  }
+  net::HttpClient& client = **made;
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<size_t> done{0}, errors{0};
@@ -379,7 +372,7 @@ BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptio
       const double now = std::chrono::duration<double>(Clock::now() - t0).count();
       if (o.sample_interval_s > 0 && now >= next_sample) {
         lock.unlock();
-        ServerSample sample = Scrape(o, now);
+        ServerSample sample = Scrape(client, o, now);
         lock.lock();
         report.samples.push_back(sample);
         next_sample += o.sample_interval_s;
@@ -399,7 +392,7 @@ BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptio
       threads.emplace_back([&] {
         while (Clock::now() < until) {
           const size_t i = next++;
-          RequestResult r = RunOne(requests[i % requests.size()], i, o, t0);
+          RequestResult r = RunOne(client, requests[i % requests.size()], i, o, t0);
           if (!r.ok) ++errors;
           ++done;
           std::lock_guard lock(mu);
@@ -432,7 +425,7 @@ BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptio
         ++in_flight;
       }
       threads.emplace_back([&, i] {
-        RequestResult r = RunOne(requests[i], i, o, t0);
+        RequestResult r = RunOne(client, requests[i], i, o, t0);
         if (!r.ok) ++errors;
         ++done;
         std::lock_guard lock(mu);
@@ -446,7 +439,7 @@ BenchReport RunBench(const std::vector<BenchRequest>& requests, const BenchOptio
   report.duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // One last scrape after the load: the end of the memory curve.
   if (o.sample_interval_s > 0) {
-    ServerSample last = Scrape(o, report.duration_s);
+    ServerSample last = Scrape(client, o, report.duration_s);
     std::lock_guard lock(mu);
     report.samples.push_back(last);
   }
@@ -626,4 +619,4 @@ std::string RenderSvg(const BenchReport& report) {
   return s;
 }
 
-}  // namespace ladle::server
+}  // namespace ladle::loadgen
