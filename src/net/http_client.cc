@@ -317,7 +317,7 @@ class Call : public std::enable_shared_from_this<Call> {
     // A pooled connection the server closed while idle: nothing of an answer came back, so
     // the request was not served; once more on a fresh connection.
     const bool nothing_back = step == "write" || (step == "read" && parser_ && !parser_->got_some());
-    if (reused_ && nothing_back && !retried_ &&
+    if (reused_ && nothing_back && !retried_ && options_.retry_stale &&
         (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe)) {
       retried_ = true;

@@ -17,7 +17,7 @@
 // client was destroyed, kInvalidArgument for a request Beast cannot send. An HTTP error status
 // is not an error here: it is a response (its body collected even when streaming).
 // A request on a reused connection that the server had closed meanwhile (no byte of a response
-// came back) is retried once on a fresh connection.
+// came back) is retried once on a fresh connection (CallOptions::retry_stale).
 //
 // Threads: the client runs its own io threads. Callbacks (on_body, FetchAsync's done) run on
 // them and must not block; exceptions they throw are caught and end the call (kInternal).
@@ -52,6 +52,10 @@ struct CallOptions {
   // The whole call: pool wait, connect, write and the last body byte. 0: no deadline.
   std::chrono::milliseconds timeout{30000};
   size_t max_body_bytes = 1u << 30;  // collected bodies; a streamed 2xx body is not bounded
+  // A reused connection that the server closed with no byte of an answer (it dropped it as
+  // idle just as the request went out): send once more on a fresh connection. The server may
+  // have read the request, so turn this off for one that must never arrive twice.
+  bool retry_stale = true;
   // Set: a 2xx body goes here piece by piece as it arrives, with the response head (status and
   // headers); return false to stop (the call ends kCancelled, the connection closes).
   std::function<bool(const HttpResponse& head, std::string_view bytes)> on_body;

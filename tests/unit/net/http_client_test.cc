@@ -324,6 +324,26 @@ TEST(HttpClient, AStaleKeptAliveConnectionIsRetriedFresh) {
   EXPECT_EQ(once.accepted(), 3u);
 }
 
+TEST(HttpClient, ARequestTheServerDroppedOnAReusedConnectionIsSentAgain) {
+  // Each connection answers its first request with keep-alive, then reads the next one and
+  // closes without a word (a server closing an idle connection as the request arrives).
+  RawServer dropper([](tcp::socket& s) {
+    RawServer::ReadHead(s);
+    RawServer::Write(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    RawServer::ReadHead(s);
+    boost::system::error_code ec;
+    s.shutdown(tcp::socket::shutdown_both, ec);
+  });
+  auto client = MakeClient();
+  for (int i = 0; i < 2; ++i) {
+    auto r = WithinBound(10s, [&] { return client->Fetch(Local(dropper.port()), {}, {}); });
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+    EXPECT_EQ(r->body, "ok");
+  }
+  EXPECT_EQ(client->stats().stale_retries, 1u);
+  EXPECT_EQ(dropper.accepted(), 2u);
+}
+
 TEST(HttpClient, MisuseAndShutdownAreStatuses) {
   auto server = EchoServer();
   auto client = MakeClient();
