@@ -93,6 +93,7 @@ Result<RequestId> EngineImpl::Submit(SubmitRequest request, OutputSink sink) {
   r->params = p;
   r->mask = std::move(request.mask);
   r->agent_traffic = request.agent_traffic;
+  r->swa_anchor_for_len = request.swa_anchor_for_len;
   r->sink = std::move(sink);
   {
     std::lock_guard lk(mu_);

@@ -38,6 +38,7 @@ struct Request {
   int64_t cached_tokens = 0;
   bool counted_queued = true;  // still counted in the queue depth
   bool agent_traffic = false;  // the store's traffic class of its blocks
+  int64_t swa_anchor_for_len = 0;  // SubmitRequest::swa_anchor_for_len
 };
 
 // What the device thread owns of a sequence: its sampler state and the last sampled token,

@@ -39,6 +39,13 @@ HitDecision EngineImpl::DecideWithSwa(Seq* s, int64_t kv_written, std::shared_pt
   s->swa_anchor = -1;
   if (swa_pool_ && kv_->swa_bytes() > 0) {
     if (auto a = PrefillSwaAnchor(swa_, s->target, /*final_chunk=*/true)) s->swa_anchor = *a;
+    if (s->req->swa_anchor_for_len > 0) {
+      // PD hand-off: where the decode engine's hit will land (its L1), if this prefill passes it.
+      const HitDecision next = DecideHit(swa_, s->req->swa_anchor_for_len, s->target, [](int64_t) { return true; });
+      s->swa_anchor = next.block_reused >= block_size_ && next.block_reused > hd.hit && next.block_reused <= s->target
+                          ? next.block_reused
+                          : -1;
+    }
   }
   s->swa_prefill_cap.reset();
   s->swa_copier.reset();

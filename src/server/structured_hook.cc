@@ -114,6 +114,7 @@ bool PrepareConstraint(ServerImpl& server, const frontend::Request& req, bool en
       o.error = CompileError(api, s, r.status());
     } else {
       auto mask = std::make_shared<structured::StructuredMaskProvider>(*r, mo);
+      mask->set_wire(structured::ConstraintWire(s, mo));  // for an engine in another process
       if (s.kind == ConstraintKind::kToolCall && !s.lazy && mo.budget_aware && mask->MinTokens() > mo.max_tokens) {
         // A forced call that cannot fit would come back cut off, which no client can use:
         // say up front how much room it needs.

@@ -49,6 +49,10 @@ class MaskProvider {
   // Why sample `index` got a mask that allows nothing, if the provider knows (the request
   // then ends with this error). Called on the scheduler thread, possibly while FillMask runs.
   virtual std::string Failure(int index) { return {}; }
+  // The constraint as data, so that an engine in another process can build the same provider
+  // (the cluster's engine server, through its injected factory). Empty: it cannot travel, and
+  // a remote engine refuses the request rather than run it unconstrained.
+  virtual std::string Describe() const { return {}; }
 };
 
 enum class FinishKind : uint8_t { kEos, kStopString, kStopToken, kLength, kCancelled, kError };
@@ -119,6 +123,11 @@ struct SubmitRequest {
   // The traffic class of the blocks this request writes to a persistent store (its TTL there):
   // agent (recipe: 3 days) or chatbot (7 days, the default).
   bool agent_traffic = false;
+  // PD hand-off (the cluster's prefill engines): store the prefill's SWA snapshot at the anchor
+  // a request of this many tokens will hit (its L1 under the hit policy's cap), instead of at
+  // (end − 1) rounded down, so the decode engine continuing with prompt + first token restores
+  // the ring exactly. 0: the usual anchor.
+  int64_t swa_anchor_for_len = 0;
 };
 
 // Outputs are delivered on the engine's thread; the sink must not block (hand off to a queue).

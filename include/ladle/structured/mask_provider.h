@@ -64,6 +64,16 @@ struct MaskOptions {
 MaskOptions MaskOptionsFor(frontend::ModelVersion version, const tokenizer::Tokenizer& version_tok,
                            bool ends_in_thinking, int n, uint32_t max_tokens, bool budget_aware);
 
+// A constrained request as data for an engine in another process (`ladle engine`): the spec
+// and the mask options as one JSON object. MaskFromWire on the far side compiles the spec with
+// its own compile service (cached by the same key) and builds the same provider.
+std::string ConstraintWire(const ConstraintSpec& spec, const MaskOptions& opts);
+struct WireConstraint {
+  ConstraintSpec spec;
+  MaskOptions opts;
+};
+Result<WireConstraint> ParseConstraintWire(std::string_view text);
+
 class StructuredMaskProvider : public engine::MaskProvider {
  public:
   StructuredMaskProvider(std::shared_ptr<const CompiledConstraint> constraint, MaskOptions opts);
@@ -73,6 +83,9 @@ class StructuredMaskProvider : public engine::MaskProvider {
   void Accept(int index, engine::TokenId token) override;
   // The matcher's error once it gave up (a grammar too ambiguous for its stack limit).
   std::string Failure(int index) override;
+  // ConstraintWire of the spec and options it was made from, once set_wire was called.
+  std::string Describe() const override { return wire_; }
+  void set_wire(std::string w) { wire_ = std::move(w); }
 
   // Whether the budget narrowed any sample's mask (reported in the response).
   bool forced() const { return forced_.load(std::memory_order_relaxed); }
@@ -104,6 +117,7 @@ class StructuredMaskProvider : public engine::MaskProvider {
   grammar::MatcherOptions matcher_opts_;
   size_t max_trigger_text_ = 0;
   uint32_t min_tokens_ = 0;
+  std::string wire_;
 };
 
 }  // namespace ladle::structured

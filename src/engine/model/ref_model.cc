@@ -491,6 +491,8 @@ bool RefModel::GetExpertParallelStats(ExpertParallelStats* out) const {
 
 }  // namespace model
 
+void Model::SetChunkInvariant(bool on) { model::SetRowInvariantLinear(on); }
+
 Result<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const std::string& weights_dir) {
   LADLE_RETURN_IF_ERROR(model::InitBlas());
   if (weights_dir.empty()) {

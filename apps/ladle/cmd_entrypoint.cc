@@ -1,0 +1,106 @@
+// `ladle entrypoint`: the public HTTP server (the three APIs, auth, limits, metrics, structured
+// output) in front of engines over gRPC: `ladle engine` processes or any worker speaking SMG's
+// VllmEngine protocol (`vllm serve --grpc`).
+//
+//   ladle entrypoint --engine 127.0.0.1:7001 --engine 127.0.0.1:7002 --port 8000
+#include "entrypoint.h"
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "ladle/core/logging.h"
+#include "ladle/kvcache/fetcher_store.h"
+
+namespace ladle::app {
+
+void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo) {
+  cmd->add_option("--engine", eo->engines, "host:port (or grpc://host:port) of an engine; repeatable")->delimiter(',');
+  cmd->add_option("--kv-check", eo->kv_check,
+                  "the shared block store in CHECK role, as socket:PATH of the machine's kv-fetcher: the PD hand-off "
+                  "waits until the prefill's blocks are visible");
+  cmd->add_option("--policy", eo->policy, "routing: balanced (the recipe's balancers), round-robin or least-requests")
+      ->capture_default_str()->check(CLI::IsMember({"balanced", "round-robin", "least-requests"}));
+  cmd->add_option("--wait-engines-ms", eo->wait_engines_ms, "at start, wait this long for an engine to answer")->capture_default_str();
+  cmd->add_option("--dead-after-ms", eo->dead_after_ms, "an engine silent this long is dead and its requests move")->capture_default_str();
+  cmd->add_option("--name", eo->name, "this entrypoint's id (request ids start with it)")->capture_default_str();
+}
+
+int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)> on_ready) {
+  const ServeOpts& opts = eo.serve;
+  auto tok = LoadTokenizer(opts);
+  if (!tok.ok()) {
+    LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(tok.status().ToString()));
+    return tok.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  cluster::RoutedEngineOptions ro;
+  ro.engines = eo.engines;
+  ro.policy = eo.policy;
+  ro.name = eo.name;
+  ro.dead_after_ms = eo.dead_after_ms;
+  if (eo.kv_check.rfind("socket:", 0) == 0) {
+    const std::string path = eo.kv_check.substr(7);
+    auto store = kvcache::FetcherStore::Create(
+        [path] { return kvcache::FetcherClient::Connect(path, std::chrono::milliseconds(10000)); });
+    if (!store.ok()) {
+      LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(store.status().ToString()));
+      return 1;
+    }
+    ro.store = std::move(store).value();
+  } else if (!eo.kv_check.empty()) {
+    LADLE_LOG_ERROR("entrypoint.failed error='--kv-check takes socket:PATH'");
+    return 2;
+  }
+  auto routed = cluster::RoutedEngine::Create(ro, eo.wait_engines_ms);
+  if (!routed.ok()) {
+    LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(routed.status().ToString()));
+    return 1;
+  }
+  auto sc = BuildServerConfig(opts, tok->version, opts.max_model_len);
+  if (!sc.ok()) {
+    LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(sc.status().ToString()));
+    return 2;
+  }
+  auto srv = server::Server::Create(std::move(sc).value(), routed->get(), *tok->base);
+  if (!srv.ok()) {
+    LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(srv.status().ToString()));
+    return 1;
+  }
+  LADLE_LOG_INFO("entrypoint.ready port={} engines={}", (*srv)->port(), eo.engines.size());
+  if (on_ready) on_ready(srv->get());
+  Status run = (*srv)->Run();
+  (*routed)->Shutdown();
+  routed->reset();
+  srv->reset();
+  if (!run.ok()) {
+    LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(run.ToString()));
+    return 1;
+  }
+  LADLE_LOG_INFO("entrypoint.exit code=0");
+  return 0;
+}
+
+namespace {
+
+void RegisterEntrypoint(CLI::App& app, RunFn* run) {
+  auto eo = std::make_shared<EntrypointOpts>();
+  auto* cmd = app.add_subcommand("entrypoint", "Serve the OpenAI/Anthropic APIs in front of `ladle engine` workers over gRPC");
+  AddCommonFlags(cmd, &eo->serve);
+  AddServerFlags(cmd, &eo->serve);
+  AddEntrypointFlags(cmd, eo.get());
+  cmd->callback([run, eo, cmd] {
+    *run = [eo, cmd] {
+      if (!FinishFlags(cmd, eo->serve, "entrypoint")) return 2;
+      if (eo->engines.empty()) {
+        LADLE_LOG_ERROR("entrypoint.failed error='no --engine given'");
+        return 2;
+      }
+      return RunEntrypoint(*eo, nullptr);
+    };
+  });
+}
+
+}  // namespace
+
+LADLE_REGISTER_COMMAND(RegisterEntrypoint);
+
+}  // namespace ladle::app

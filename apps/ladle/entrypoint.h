@@ -1,0 +1,27 @@
+// The entrypoint as `ladle entrypoint` and `ladle cluster` run it. Internal to the binary.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ladle/cluster/routed_engine.h"
+#include "serve_common.h"
+
+namespace ladle::app {
+
+struct EntrypointOpts {
+  ServeOpts serve;
+  std::vector<std::string> engines;
+  std::string kv_check;  // socket:PATH of the kv-fetcher (CHECK role)
+  std::string policy = "balanced";
+  std::string name = "ep0";
+  int64_t wait_engines_ms = 30000;
+  int64_t dead_after_ms = 1000;
+};
+
+void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo);
+// Serves until a drain completes; `on_ready` (optional) runs once the port is bound.
+int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)> on_ready);
+
+}  // namespace ladle::app

@@ -1,0 +1,76 @@
+// The entrypoint's engine: an engine::Engine (so the HTTP server drives it exactly as it
+// drives the in-process engine) whose requests run on `ladle engine` processes, or on any
+// worker that speaks SMG's VllmEngine protocol, over gRPC.
+//
+//   RoutedEngineOptions o; o.engines = {"127.0.0.1:7001", "127.0.0.1:7002"};
+//   auto eng = RoutedEngine::Create(o);   // polls every engine's load and health from now on
+//   server::Server::Create(config, eng->get(), tokenizer);
+//
+// Routing (docs/cluster.md): with prefill and decode engines alive, a request is prefilled on a
+// prefill engine (the Prefill Load Balancer: lowest compute-quota rank of the request's length
+// bucket), which stores its KV through the shared store and its SWA snapshot at the decode's
+// hit anchor; then it continues on a decode engine (the Decode Load Balancer: DualPath's rule
+// over every DP rank), which fetches the blocks from the store and the SWA entry from the
+// prefill engine. With only `both` engines, a request runs on one (the decode balancer).
+// Load is counted at dispatch, on every path.
+//
+// Faults: an engine whose stream breaks or whose load report is missing for dead_after_ms is
+// dead; its requests resume elsewhere with the prompt plus the tokens generated so far, so the
+// client's stream goes on with nothing lost or repeated. A dead engine that answers again
+// rejoins. Submit answers kUnavailable only when no engine of a needed role is alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ladle/core/result.h"
+#include "ladle/engine/engine.h"
+#include "ladle/kvcache/kv_store.h"
+
+namespace ladle::cluster {
+
+struct RoutedEngineOptions {
+  std::vector<std::string> engines;  // host:port, optionally grpc://host:port
+  std::string name = "entrypoint";   // this entrypoint's id (request ids are "<name>-<n>")
+  int64_t poll_ms = 100;             // load reports and health checks
+  int64_t dead_after_ms = 1000;      // no answer for this long: dead
+  int64_t rpc_deadline_ms = 1000;    // unary calls (load, info)
+  int max_reroutes = 4;              // per request
+  // The shared block store in CHECK role (metadata only): the PD hand-off waits (at most
+  // handoff_wait_ms) until the prefill's blocks are visible before the decode starts.
+  std::shared_ptr<kvcache::KvStore> store;
+  int64_t handoff_wait_ms = 3000;
+  // Decode Load Balancer: ranks above high_factor × the candidates' mean KV tokens are "high".
+  double decode_high_factor = 1.05;
+  // Naive routing for comparisons: "balanced" (the recipe's balancers), "round-robin" or
+  // "least-requests".
+  std::string policy = "balanced";
+};
+
+struct ClusterStats {
+  struct Engine {
+    std::string address, name, role;
+    bool alive = false;
+    int dp = 0;
+    uint64_t dispatched = 0;
+    int in_flight = 0;
+  };
+  std::vector<Engine> engines;
+  uint64_t reroutes = 0, handoffs = 0, handoff_store_waits_timed_out = 0;
+  uint64_t swa_directory_entries = 0;
+  std::vector<double> handoff_ms;  // recent hand-off latencies (prefill done → first decode token)
+};
+
+class RoutedEngine : public engine::Engine {
+ public:
+  // Connects lazily: engines that are down now are retried by the poller, and join when they
+  // answer. Waits up to `wait_ms` for at least one engine to be alive (0: no wait).
+  static Result<std::unique_ptr<RoutedEngine>> Create(RoutedEngineOptions o, int64_t wait_ms = 0);
+  virtual ClusterStats GetClusterStats() const = 0;
+  // Adds an engine at run time (self-registration); a known address is a no-op.
+  virtual void AddEngine(const std::string& address) = 0;
+};
+
+}  // namespace ladle::cluster

@@ -1,0 +1,180 @@
+#include "rpc_convert.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ladle/json/json.h"
+
+namespace ladle::cluster {
+
+std::string ExtrasToJson(const LadleExtras& e) {
+  json::Value::Object l;
+  if (!e.constraint.empty()) l.emplace_back("constraint", json::Value::String(e.constraint));
+  if (!e.prefix_tokens.empty()) {
+    json::Value::Array a;
+    for (uint32_t t : e.prefix_tokens) a.push_back(json::Value::Int(t));
+    l.emplace_back("prefix_tokens", json::Value::MakeArray(std::move(a)));
+  }
+  if (e.agent) l.emplace_back("agent", json::Value::Bool(true));
+  if (e.swa_anchor_for_len > 0) l.emplace_back("swa_anchor_for_len", json::Value::Int(e.swa_anchor_for_len));
+  if (!e.swa_peers.empty()) {
+    json::Value::Array a;
+    for (const SwaPeer& p : e.swa_peers) {
+      json::Value::Object o;
+      o.emplace_back("key", json::Value::String(p.key.Hex()));
+      o.emplace_back("peer", json::Value::String(p.peer));
+      a.push_back(json::Value::MakeObject(std::move(o)));
+    }
+    l.emplace_back("swa_peers", json::Value::MakeArray(std::move(a)));
+  }
+  json::Value::Object root;
+  root.emplace_back("ladle", json::Value::MakeObject(std::move(l)));
+  return json::Dump(json::Value::MakeObject(std::move(root)));
+}
+
+Result<LadleExtras> ExtrasFromJson(std::string_view text) {
+  LadleExtras e;
+  if (text.empty()) return e;
+  LADLE_ASSIGN_OR_RETURN(json::Value v, json::Parse(text));
+  const json::Value* l = v.Find("ladle");
+  if (l == nullptr) return e;
+  if (!l->is_object()) return InvalidArgument("kv_transfer_params_json: \"ladle\" must be an object");
+  if (const json::Value* f = l->Find("constraint")) {
+    if (!f->is_string()) return InvalidArgument("ladle.constraint must be a string");
+    e.constraint = f->as_string();
+  }
+  if (const json::Value* f = l->Find("prefix_tokens")) {
+    if (!f->is_array()) return InvalidArgument("ladle.prefix_tokens must be an array");
+    for (const json::Value& t : f->as_array()) {
+      if (!t.is_number()) return InvalidArgument("ladle.prefix_tokens must hold token ids");
+      LADLE_ASSIGN_OR_RETURN(int64_t id, t.as_int64());
+      if (id < 0 || id > UINT32_MAX) return InvalidArgument("ladle.prefix_tokens: token id out of range");
+      e.prefix_tokens.push_back(static_cast<uint32_t>(id));
+    }
+  }
+  if (const json::Value* f = l->Find("agent"); f && f->is_bool()) e.agent = f->as_bool();
+  if (const json::Value* f = l->Find("swa_anchor_for_len")) {
+    if (!f->is_number()) return InvalidArgument("ladle.swa_anchor_for_len must be a number");
+    LADLE_ASSIGN_OR_RETURN(e.swa_anchor_for_len, f->as_int64());
+    if (e.swa_anchor_for_len < 0) return InvalidArgument("ladle.swa_anchor_for_len must be >= 0");
+  }
+  if (const json::Value* f = l->Find("swa_peers")) {
+    if (!f->is_array()) return InvalidArgument("ladle.swa_peers must be an array");
+    for (const json::Value& p : f->as_array()) {
+      const json::Value* k = p.Find("key");
+      const json::Value* peer = p.Find("peer");
+      if (k == nullptr || !k->is_string() || peer == nullptr || !peer->is_string()) {
+        return InvalidArgument("ladle.swa_peers[]: needs string key and peer");
+      }
+      LADLE_ASSIGN_OR_RETURN(kvcache::BlockKey key, kvcache::BlockKey::FromHex(k->as_string()));
+      e.swa_peers.push_back({key, peer->as_string()});
+    }
+  }
+  return e;
+}
+
+void ToProto(const engine::SamplingParams& s, pb::SamplingParams* out) {
+  out->set_temperature(s.temperature);
+  out->set_top_p(s.top_p);
+  out->set_top_k(static_cast<uint32_t>(std::max(0, s.top_k)));
+  out->set_min_p(s.min_p);
+  out->set_frequency_penalty(s.frequency_penalty);
+  out->set_presence_penalty(s.presence_penalty);
+  out->set_max_tokens(static_cast<uint32_t>(std::max(0, s.max_tokens)));
+  for (const auto& st : s.stop) out->add_stop(st);
+  for (auto id : s.stop_token_ids) out->add_stop_token_ids(id);
+  out->set_ignore_eos(s.ignore_eos);
+  out->set_n(static_cast<uint32_t>(std::max(1, s.n)));
+  if (s.top_logprobs >= 0) out->set_logprobs(s.top_logprobs);
+  // The protocol's seed is 32-bit: a wider seed is folded, so the same request still gets the
+  // same seed on every engine.
+  if (s.seed) out->set_seed(static_cast<int32_t>(static_cast<uint32_t>(*s.seed ^ (*s.seed >> 32))));
+  // The entrypoint detokenises; the engine sends ids and must not strip special tokens.
+  out->set_skip_special_tokens(false);
+}
+
+Result<engine::SamplingParams> FromProto(const pb::SamplingParams& p, int64_t default_max_tokens) {
+  engine::SamplingParams s;
+  s.temperature = p.has_temperature() ? p.temperature() : 1.0f;
+  // proto3 scalars cannot be unset: 0 means "the default" for top_p, as vLLM's servicer reads it.
+  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  auto finite = [](float v) { return std::isfinite(v); };
+  if (!finite(s.temperature) || s.temperature < 0) return InvalidArgument("temperature must be >= 0");
+  if (!finite(s.top_p) || s.top_p < 0 || s.top_p > 1) return InvalidArgument("top_p must be in (0, 1]");
+  if (p.top_k() > (1u << 20)) return InvalidArgument("top_k too large");
+  s.top_k = static_cast<int>(p.top_k());
+  if (!finite(p.min_p()) || p.min_p() < 0 || p.min_p() > 1) return InvalidArgument("min_p must be in [0, 1]");
+  s.min_p = p.min_p();
+  if (!finite(p.frequency_penalty()) || !finite(p.presence_penalty())) return InvalidArgument("penalties must be finite");
+  s.frequency_penalty = p.frequency_penalty();
+  s.presence_penalty = p.presence_penalty();
+  const int64_t max_tokens = p.has_max_tokens() ? int64_t{p.max_tokens()} : default_max_tokens;
+  if (max_tokens > (1 << 30)) return InvalidArgument("max_tokens too large");
+  s.max_tokens = static_cast<int>(max_tokens);
+  s.stop.assign(p.stop().begin(), p.stop().end());
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
+  if (p.n() > 1024) return InvalidArgument("n too large");
+  s.n = p.n() == 0 ? 1 : static_cast<int>(p.n());
+  if (p.has_logprobs()) {
+    if (p.logprobs() < -1 || p.logprobs() > 1024) return InvalidArgument("logprobs out of range");
+    s.top_logprobs = std::max(0, p.logprobs());
+  }
+  if (p.has_seed()) s.seed = static_cast<uint64_t>(static_cast<uint32_t>(p.seed()));
+  if (p.repetition_penalty() != 0.0f && p.repetition_penalty() != 1.0f) {
+    return InvalidArgument("repetition_penalty is not supported (use presence/frequency penalties)");
+  }
+  if (!p.logit_bias().empty()) return InvalidArgument("logit_bias is not supported");
+  if (p.min_tokens() > 0) return InvalidArgument("min_tokens is not supported");
+  return s;
+}
+
+std::string FinishReasonName(engine::FinishKind k) {
+  switch (k) {
+    case engine::FinishKind::kEos:
+    case engine::FinishKind::kStopString:
+    case engine::FinishKind::kStopToken:
+      return "stop";
+    case engine::FinishKind::kLength:
+      return "length";
+    case engine::FinishKind::kCancelled:
+    case engine::FinishKind::kError:
+      return "abort";
+  }
+  return "abort";
+}
+
+engine::FinishKind FinishFromProto(const pb::GenerateComplete& c) {
+  if (c.finish_reason() == "length") return engine::FinishKind::kLength;
+  if (c.finish_reason() == "stop") {
+    if (c.has_matched_stop_str()) return engine::FinishKind::kStopString;
+    if (c.has_matched_token_id()) return engine::FinishKind::kStopToken;
+    return engine::FinishKind::kEos;
+  }
+  return engine::FinishKind::kCancelled;
+}
+
+void AppendLogprob(const engine::TokenEvent& t, bool top, pb::OutputLogProbs* out) {
+  out->add_token_logprobs(t.logprob);
+  out->add_token_ids(t.token);
+  if (top) {
+    pb::TopLogProbs* tl = out->add_top_logprobs();
+    for (const auto& [id, lp] : t.top_logprobs) {
+      tl->add_token_ids(id);
+      tl->add_values(lp);
+    }
+  }
+}
+
+void ReadLogprob(const pb::OutputLogProbs& lp, int i, engine::TokenEvent* t) {
+  if (i < lp.token_logprobs_size()) t->logprob = lp.token_logprobs(i);
+  if (i < lp.top_logprobs_size()) {
+    const pb::TopLogProbs& tl = lp.top_logprobs(i);
+    for (int j = 0; j < tl.token_ids_size() && j < tl.values_size(); ++j) {
+      t->top_logprobs.emplace_back(tl.token_ids(j), tl.values(j));
+    }
+  }
+}
+
+}  // namespace ladle::cluster

@@ -1,0 +1,324 @@
+// The engine RPC end to end on loopback: EngineServer in front of real engines (the built-in
+// model at a small vocabulary), RoutedEngine driving them over gRPC. Every comparison is with
+// a local engine of the same model running the same request, which is bit-identical by the
+// model's batch invariance (docs/model.md).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "ladle/cluster/engine_server.h"
+#include "ladle/cluster/routed_engine.h"
+#include "ladle/engine/engine_config.h"
+#include "ladle/kvcache/kv_store.h"
+
+namespace ladle::cluster {
+namespace {
+
+using engine::EngineConfig;
+using engine::ModelConfig;
+using engine::testing::PatternPrompt;
+using engine::TokenId;
+
+ModelConfig Mc() {
+  ModelConfig mc;
+  mc.vocab_size = 8192;
+  return mc;
+}
+
+EngineConfig Ec(std::shared_ptr<kvcache::KvStore> store = nullptr) {
+  EngineConfig c;
+  c.num_blocks = 64;
+  c.max_running = 8;
+  c.chunk_policy = "fixed";
+  c.chunk_tokens = 256;
+  c.kv_store = std::move(store);
+  c.kv_fetch_deadline_base_ms = 5000;
+  c.swa_pool = std::make_shared<engine::SwaPool>();
+  return c;
+}
+
+std::unique_ptr<engine::Engine> MakeEngine(EngineConfig c) {
+  auto m = engine::Model::Create(Mc(), "");
+  EXPECT_TRUE(m.ok());
+  auto e = engine::CreateEngine(c, std::move(m).value(), *engine::testing::EngineTokenizer());
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// One `ladle engine` in this process: an engine and its server.
+struct Node {
+  std::unique_ptr<engine::Engine> eng;
+  std::shared_ptr<ForwardingSwaDirectory> dir = std::make_shared<ForwardingSwaDirectory>();
+  std::unique_ptr<EngineServer> srv;
+  std::string addr;
+
+  Node(Role role, const std::string& name, std::shared_ptr<kvcache::KvStore> store = nullptr) {
+    EngineConfig c = Ec(std::move(store));
+    c.swa_directory = dir;
+    c.swa_holder = name;
+    eng = MakeEngine(c);
+    EngineServerOptions o;
+    o.info.name = name;
+    o.info.role = role;
+    o.info.key_extras = {{kvcache::ExtraTag::kModel, engine::ModelFingerprint(Mc())}};
+    o.info.vocab_size = Mc().vocab_size;
+    o.swa_pool = c.swa_pool;
+    auto s = EngineServer::Start(std::move(o), {eng.get()});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    srv = std::move(s).value();
+    dir->Attach(srv.get());
+    addr = "127.0.0.1:" + std::to_string(srv->port());
+  }
+  void Kill() {
+    dir->Attach(nullptr);
+    srv->Shutdown(0);
+  }
+  ~Node() {
+    dir->Attach(nullptr);
+    if (srv) srv->Shutdown(1000);
+    srv.reset();
+    if (eng) eng->Shutdown();
+  }
+};
+
+// Collects one request's outputs.
+struct Sink {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<TokenId>> tokens;
+  std::vector<std::vector<float>> logprobs;
+  std::vector<engine::FinishKind> finish;
+  std::string error;
+  int finished = 0, n = 1;
+  explicit Sink(int samples = 1) : tokens(samples), logprobs(samples), finish(samples), n(samples) {}
+  engine::OutputSink Fn() {
+    return [this](const engine::Output& o) {
+      std::lock_guard lock(mu);
+      for (const auto& t : o.tokens) {
+        tokens[static_cast<size_t>(t.index)].push_back(t.token);
+        logprobs[static_cast<size_t>(t.index)].push_back(t.logprob);
+      }
+      if (o.finished) {
+        finish[static_cast<size_t>(o.finished_index)] = o.finish;
+        if (!o.error.empty()) error = o.error;
+        ++finished;
+        cv.notify_all();
+      }
+    };
+  }
+  bool Wait(int seconds = 120) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return finished >= n; });
+  }
+  size_t Count(int i = 0) {
+    std::lock_guard lock(mu);
+    return tokens[static_cast<size_t>(i)].size();
+  }
+};
+
+engine::SamplingParams Greedy(int max_tokens) {
+  engine::SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = max_tokens;
+  p.top_logprobs = 0;
+  return p;
+}
+
+std::unique_ptr<RoutedEngine> Route(std::vector<std::string> engines, std::shared_ptr<kvcache::KvStore> store = nullptr) {
+  RoutedEngineOptions o;
+  o.engines = std::move(engines);
+  o.poll_ms = 50;
+  o.dead_after_ms = 500;
+  o.store = std::move(store);
+  auto r = RoutedEngine::Create(o, 10'000);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return std::move(r).value();
+}
+
+// Waits until every engine is known and alive (roles learned).
+void WaitAlive(RoutedEngine& r, size_t n) {
+  for (int i = 0; i < 200; ++i) {
+    auto s = r.GetClusterStats();
+    size_t alive = 0;
+    for (const auto& e : s.engines) alive += e.alive;
+    if (alive >= n) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  FAIL() << "engines did not come alive";
+}
+
+class Cluster : public ::testing::Test {
+ protected:
+  void SetUp() override { LADLE_REQUIRE_ENGINE_TOKENIZER(); }
+};
+
+TEST_F(Cluster, RemoteEngineMatchesLocalBitForBit) {
+  Node node(Role::kBoth, "both-0");
+  auto local = MakeEngine(Ec());
+  auto routed = Route({node.addr});
+  WaitAlive(*routed, 1);
+  for (int len : {5, 130, 300}) {
+    Sink a, b;
+    ASSERT_TRUE(local->Submit({PatternPrompt(len, len), Greedy(16), nullptr}, a.Fn()).ok());
+    ASSERT_TRUE(routed->Submit({PatternPrompt(len, len), Greedy(16), nullptr}, b.Fn()).ok());
+    ASSERT_TRUE(a.Wait());
+    ASSERT_TRUE(b.Wait());
+    EXPECT_EQ(b.error, "");
+    EXPECT_EQ(a.tokens, b.tokens) << "len " << len;
+    EXPECT_EQ(a.logprobs, b.logprobs) << "len " << len;
+    EXPECT_EQ(b.finish[0], engine::FinishKind::kLength);
+  }
+  local->Shutdown();
+  routed->Shutdown();
+}
+
+TEST_F(Cluster, SeededSamplesMatchLocal) {
+  Node node(Role::kBoth, "both-0");
+  auto local = MakeEngine(Ec());
+  auto routed = Route({node.addr});
+  WaitAlive(*routed, 1);
+  engine::SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.95f;
+  p.n = 2;
+  p.seed = 1234;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  Sink a(2), b(2);
+  ASSERT_TRUE(local->Submit({PatternPrompt(40, 1), p, nullptr}, a.Fn()).ok());
+  ASSERT_TRUE(routed->Submit({PatternPrompt(40, 1), p, nullptr}, b.Fn()).ok());
+  ASSERT_TRUE(a.Wait());
+  ASSERT_TRUE(b.Wait());
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_NE(b.tokens[0], b.tokens[1]);
+  local->Shutdown();
+  routed->Shutdown();
+}
+
+TEST_F(Cluster, CancelFreesTheEnginesRequest) {
+  Node node(Role::kBoth, "both-0");
+  auto routed = Route({node.addr});
+  WaitAlive(*routed, 1);
+  Sink s;
+  auto id = routed->Submit({PatternPrompt(50, 2), Greedy(60000), nullptr}, s.Fn());
+  ASSERT_TRUE(id.ok());
+  for (int i = 0; i < 400 && s.Count() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(s.Count(), 2u);
+  routed->Cancel(*id);
+  ASSERT_TRUE(s.Wait(10));
+  EXPECT_EQ(s.finish[0], engine::FinishKind::kCancelled);
+  // The stream reset reaches the engine server, which cancels the engine request.
+  bool freed = false;
+  for (int i = 0; i < 500 && !freed; ++i) {
+    const engine::Stats st = node.eng->GetStats();
+    freed = st.running == 0 && st.queue_depth == 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(freed);
+  routed->Shutdown();
+}
+
+TEST_F(Cluster, NoEngineAliveIsUnavailable) {
+  RoutedEngineOptions o;
+  o.engines = {"127.0.0.1:1"};  // nothing listens there
+  auto r = RoutedEngine::Create(o, 0);
+  ASSERT_TRUE(r.ok());
+  Sink s;
+  auto id = (*r)->Submit({PatternPrompt(5, 3), Greedy(4), nullptr}, s.Fn());
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kUnavailable);
+  (*r)->Shutdown();
+}
+
+// An engine dies mid-stream: the request resumes on the other with the prompt plus what was
+// generated. Nothing is lost or repeated, and the continuation is what an engine given that
+// prompt produces.
+TEST_F(Cluster, RunningRequestResumesOnAnotherEngine) {
+  auto a = std::make_unique<Node>(Role::kBoth, "both-a");
+  auto b = std::make_unique<Node>(Role::kBoth, "both-b");
+  auto routed = Route({a->addr, b->addr});
+  WaitAlive(*routed, 2);
+  const int total = 48;
+  const auto prompt = PatternPrompt(60, 4);
+  Sink s;
+  ASSERT_TRUE(routed->Submit({prompt, Greedy(total), nullptr}, s.Fn()).ok());
+  for (int i = 0; i < 1000 && s.Count() < 6; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GE(s.Count(), 6u);
+  // Kill whichever holds it.
+  auto st = routed->GetClusterStats();
+  Node* victim = st.engines[0].in_flight > 0 ? a.get() : b.get();
+  victim->Kill();
+  ASSERT_TRUE(s.Wait());
+  EXPECT_EQ(s.error, "");
+  ASSERT_EQ(s.tokens[0].size(), static_cast<size_t>(total));
+  EXPECT_EQ(s.finish[0], engine::FinishKind::kLength);
+  EXPECT_GE(routed->GetClusterStats().reroutes, 1u);
+  // The reference: the unfaulted run up to where the stream moved, then an engine given the
+  // prompt plus those tokens.
+  auto local = MakeEngine(Ec());
+  Sink full;
+  ASSERT_TRUE(local->Submit({prompt, Greedy(total), nullptr}, full.Fn()).ok());
+  ASSERT_TRUE(full.Wait());
+  size_t same = 0;
+  while (same < static_cast<size_t>(total) && s.tokens[0][same] == full.tokens[0][same]) ++same;
+  ASSERT_GE(same, 6u) << "tokens before the fault must be the unfaulted run's";
+  // Where the second engine took over (at or after the 6th token), it continued correctly.
+  for (size_t cut = 6; cut < static_cast<size_t>(total); ++cut) {
+    std::vector<TokenId> p2 = prompt;
+    p2.insert(p2.end(), s.tokens[0].begin(), s.tokens[0].begin() + static_cast<long>(cut));
+    Sink rest;
+    ASSERT_TRUE(local->Submit({p2, Greedy(total - static_cast<int>(cut)), nullptr}, rest.Fn()).ok());
+    ASSERT_TRUE(rest.Wait());
+    if (std::equal(rest.tokens[0].begin(), rest.tokens[0].end(), s.tokens[0].begin() + static_cast<long>(cut))) {
+      SUCCEED() << "resumed at token " << cut;
+      local->Shutdown();
+      routed->Shutdown();
+      return;
+    }
+    if (cut >= same) break;  // past the first divergence no later cut can explain it
+  }
+  ADD_FAILURE() << "the resumed stream is not an engine's continuation of the tokens before it";
+  local->Shutdown();
+  routed->Shutdown();
+}
+
+// PD: prefill on one engine, decode on another, through a shared store. The decode engine
+// finds the prefill's blocks in the store and its SWA entry at its hit anchor on the prefill
+// engine.
+TEST_F(Cluster, PrefillThenDecodeThroughTheStore) {
+  engine::testing::TempDir dir("cluster-pd");
+  auto store = kvcache::KvStore::Open("fs:" + dir.path, kvcache::StoreOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::shared_ptr<kvcache::KvStore> shared(std::move(store).value());
+  Node p(Role::kPrefill, "prefill-0", shared);
+  Node d(Role::kDecode, "decode-0", shared);
+  auto routed = Route({p.addr, d.addr}, shared);
+  WaitAlive(*routed, 2);
+  auto local = MakeEngine(Ec());
+  const auto prompt = PatternPrompt(700, 5);
+  Sink a, b;
+  ASSERT_TRUE(local->Submit({prompt, Greedy(12), nullptr}, a.Fn()).ok());
+  ASSERT_TRUE(routed->Submit({prompt, Greedy(12), nullptr}, b.Fn()).ok());
+  ASSERT_TRUE(a.Wait());
+  ASSERT_TRUE(b.Wait());
+  EXPECT_EQ(b.error, "");
+  ASSERT_EQ(b.tokens[0].size(), 12u);
+  EXPECT_EQ(b.tokens[0][0], a.tokens[0][0]) << "the prefill engine's first token";
+  const auto cs = routed->GetClusterStats();
+  EXPECT_EQ(cs.handoffs, 1u);
+  ASSERT_EQ(cs.handoff_ms.size(), 1u);
+  const engine::Stats ds = d.eng->GetStats();
+  EXPECT_GT(ds.prefix_hit_tokens_store, 0u) << "the decode engine reads the prefill's blocks from the store";
+  EXPECT_EQ(ds.swa_hits, 1u) << "and restores the SWA entry fetched from the prefill engine";
+  EXPECT_EQ(ds.replayed_tokens, 0u);
+  local->Shutdown();
+  routed->Shutdown();
+}
+
+}  // namespace
+}  // namespace ladle::cluster
