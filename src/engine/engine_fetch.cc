@@ -41,7 +41,8 @@ bool EngineImpl::FetchWaits(const std::shared_ptr<Seq>& sp, Batch* b) {
     s->fetch_tried = true;
     // TryAdmit sets s->target; a waiting sequence's prompt is all of its tokens.
     const int64_t len = static_cast<int64_t>(s->tokens.size());
-    const int64_t full = DecideHit(swa_, len, len, nullptr).block_reused / block_size_;
+    // A hand-off resume needs every full block of the exported prompt, past the hit cap.
+    const int64_t full = s->resume ? s->resume->full_blocks : DecideHit(swa_, len, len, nullptr).block_reused / block_size_;
     if (full <= 0) return false;
     HashPrefix(s, full);
     size_t pool = 0;

@@ -85,6 +85,9 @@ Result<RequestId> EngineImpl::Submit(SubmitRequest request, OutputSink sink) {
   if (total > config_.max_model_len)
     return InvalidArgument(fmt::format("prompt ({}) + max_tokens ({}) exceeds the model length {}",
                                        request.prompt.size(), p.max_tokens, config_.max_model_len));
+  if (request.handoff_export && (p.n != 1 || p.max_tokens != 1 || request.resume))
+    return InvalidArgument("a hand-off export needs n = 1 and max_tokens = 1, and no resume state");
+  if (request.resume && p.n != 1) return InvalidArgument("a hand-off resume needs n = 1");
   // The prompt alone must fit the pool, or it could never be admitted.
   if (static_cast<int64_t>(request.prompt.size()) + 1 > static_cast<int64_t>(config_.num_blocks) * block_size_)
     return InvalidArgument("prompt does not fit in the KV block pool");
@@ -94,6 +97,8 @@ Result<RequestId> EngineImpl::Submit(SubmitRequest request, OutputSink sink) {
   r->mask = std::move(request.mask);
   r->agent_traffic = request.agent_traffic;
   r->swa_anchor_for_len = request.swa_anchor_for_len;
+  r->handoff_export = request.handoff_export;
+  r->resume = std::move(request.resume);
   r->sink = std::move(sink);
   {
     std::lock_guard lk(mu_);
@@ -162,6 +167,9 @@ Stats EngineImpl::GetStats() const {
   s.swap_in_copy_seconds_total = static_cast<double>(t.copy_ns) / 1e9;
   s.swap_in_exposed_seconds_total = static_cast<double>(t.exposed_ns) / 1e9;
   s.swap_in_copies = t.copies;
+  s.handoff_exports = stat_handoff_exports_.load();
+  s.handoff_imports = stat_handoff_imports_.load();
+  s.handoff_fallbacks = stat_handoff_fallbacks_.load();
   s.expert_parallel = model_->GetExpertParallelStats(&s.ep);
   return s;
 }
@@ -190,6 +198,11 @@ void EngineImpl::AddRequest(std::shared_ptr<Request> r) {
   // the prompt's end; each then prefills the tail (≤ 128 tokens) into a block of its own,
   // since decode writes into that last block and samples diverge there.
   const int64_t fork_at = n > 1 ? (len - 1) / block_size_ * block_size_ : 0;
+  // A hand-off's sampler state is carried even when its KV cannot be (a fallback recomputes the
+  // KV, but the draws and penalty counts still continue the exporting engine's).
+  const std::shared_ptr<const HandoffState> given = std::move(r->resume);
+  if (given && CheckResume(*r, *given)) r->resume = given;
+  if (given && !r->resume) ++stat_handoff_fallbacks_;
   auto& seqs = requests_[r->id];
   for (int i = 0; i < n; ++i) {
     auto s = std::make_shared<Seq>();
@@ -202,8 +215,17 @@ void EngineImpl::AddRequest(std::shared_ptr<Request> r) {
     s->dev->index = i;
     s->dev->sampler = SamplerState(Mix(base + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull));
     s->stop = std::make_unique<StopChecker>(tok_, r->params.stop);
+    if (given) {
+      // Continue where the exporting engine's sampler stood after the first token; that token
+      // is the first decode's input.
+      s->resume = r->resume;
+      s->dev->sampler.rng = given->rng;
+      s->dev->sampler.counts.insert(given->counts.begin(), given->counts.end());
+      s->dev->last_token = given->first_token;
+    }
     seqs.push_back(s);
   }
+  r->resume.reset();  // the sequence holds it until admitted
   if (fork_at > 0) {
     seqs[0]->pending_forks = n - 1;
     seqs[0]->fork_at = fork_at;
@@ -280,6 +302,8 @@ void EngineImpl::FinishSeq(Seq* s, FinishKind kind, TokenEvent* last, std::strin
   out.prompt_tokens = static_cast<int64_t>(req.prompt.size());
   out.cached_tokens = req.cached_tokens;
   out.error = std::move(error);
+  if (s->handoff_out && kind != FinishKind::kError && kind != FinishKind::kCancelled) out.handoff = s->handoff_out;
+  s->handoff_out.reset();
   PublishStats();  // a client that sees the finish sees the freed blocks too
   if (req.sink) req.sink(out);
   if (--req.unfinished == 0) requests_.erase(req.id);
@@ -392,6 +416,9 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
         const bool swapping = StartSwapIn(b.get(), &steps);
         if (!steps.empty()) b->status = model_->Forward(steps, *kv_, &b->logits);
         if (swapping) swap_in_->WaitAll();
+        // A hand-off export's state at the prompt's end, before any later step moves it.
+        for (auto& e : b->entries)
+          if (e.handoff && b->status.ok()) CaptureHandoffRings(e);
         b->record.forward_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
       },
       after_gap);
@@ -407,7 +434,9 @@ void EngineImpl::FlushPersists() {
         std::shared_ptr<StoreCounters> counters = store_counters_;
         for (PersistPiece& piece : *pieces) {
           const int64_t need = static_cast<int64_t>(bytes * piece.blocks.size());
-          if (counters->inflight_bytes.load() + need > config_.kv_store_max_inflight_bytes) {
+          // A hand-off's blocks are bounded by its prompt and the resuming engine needs them:
+          // they pass the back-pressure limit.
+          if (!piece.handoff && counters->inflight_bytes.load() + need > config_.kv_store_max_inflight_bytes) {
             counters->drops += piece.blocks.size();  // back-pressure: never queue without bound
             continue;
           }
@@ -423,6 +452,11 @@ void EngineImpl::FlushPersists() {
             continue;
           }
           counters->inflight_bytes += need;
+          if (piece.handoff) {
+            auto& q = piece.handoff->queued;
+            for (size_t i = 0; i < piece.blocks.size() && piece.handoff_first + i < q.size(); ++i)
+              q[piece.handoff_first + i] = 1;
+          }
           const bool agent = piece.agent;
           // Put copies the values before it returns; the completion only counts.
           config_.kv_store->Put(
@@ -463,6 +497,7 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
             e.result = SampleToken(logits, d.params, &d.sampler, mask, valid_vocab_);
             if (d.mask) d.mask->Accept(d.index, e.result.token);
             d.last_token = e.result.token;
+            if (e.handoff) CaptureHandoffSampler(e);
           }
         }
         b->record.forward_ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
@@ -489,6 +524,7 @@ void EngineImpl::PostProcess(const std::shared_ptr<Batch>& b) {
       continue;
     }
     OnSwaDone(s, e);  // before AcceptToken, which may finish (and store) the sequence
+    if (e.handoff && e.sample) FinishHandoffCapture(s, e);  // delivered by AcceptToken's finish
     if (e.sample) AcceptToken(s, e.result);
     RegisterBlocks(s);
   }

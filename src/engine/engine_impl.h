@@ -39,6 +39,15 @@ struct Request {
   bool counted_queued = true;  // still counted in the queue depth
   bool agent_traffic = false;  // the store's traffic class of its blocks
   int64_t swa_anchor_for_len = 0;  // SubmitRequest::swa_anchor_for_len
+  bool handoff_export = false;     // SubmitRequest::handoff_export
+  std::shared_ptr<const HandoffState> resume;  // SubmitRequest::resume until AddRequest checks it
+};
+
+// A hand-off export's full prompt blocks: which were queued to the store (set by the device
+// thread's copy-out; read in post-processing after the final sample, which the device runs
+// after every copy-out of the request's blocks).
+struct HandoffPersist {
+  std::vector<uint8_t> queued;  // one per full block of the prompt
 };
 
 // What the device thread owns of a sequence: its sampler state and the last sampled token,
@@ -108,6 +117,12 @@ struct Seq {
   std::shared_ptr<SwaCapture> swa_prefill_cap;
   std::optional<SwaDecodeCopier> swa_copier;
   std::shared_ptr<SwaCapture> swa_last_copy;
+  // PD hand-off (engine_handoff.cc): the state to resume from until the sequence is admitted
+  // (null once used or fallen back), and for an export its blocks' copy-outs and the state to
+  // deliver on the final Output.
+  std::shared_ptr<const HandoffState> resume;
+  std::shared_ptr<HandoffPersist> handoff_persist;
+  std::shared_ptr<const HandoffState> handoff_out;
 };
 
 struct Entry {
@@ -122,6 +137,9 @@ struct Entry {
   bool sample = false;
   Sampled result;
   std::shared_ptr<SwaCapture> swa_capture;  // filled by the forward (SeqStep::swa_capture)
+  // A hand-off export's last prefill chunk: the rings and partial block are read right after
+  // the forward, the sampler state right after the sample (device thread).
+  std::shared_ptr<HandoffState> handoff;
 };
 
 // The batch's masks, filled on the shared pool while the device runs the forward; the
@@ -162,6 +180,12 @@ struct Batch {
     std::shared_ptr<const std::vector<uint8_t>> bytes;
   };
   std::vector<SwaRestore> swa_restores;
+  // WriteSlotState(slot, position, ring) of resumed hand-offs (their partial block is an Install).
+  struct SlotRestore {
+    int32_t slot = -1;
+    std::shared_ptr<const HandoffState> state;
+  };
+  std::vector<SlotRestore> slot_restores;
   std::vector<float> logits;
   Status status;
   StepRecord record;
@@ -229,6 +253,9 @@ class EngineImpl : public Engine {
     std::vector<BlockHash> keys;
     std::optional<BlockHash> parent;
     bool agent = false;
+    // A hand-off export's blocks (never dropped under back-pressure): the first one's index.
+    std::shared_ptr<HandoffPersist> handoff;
+    size_t handoff_first = 0;
   };
   std::vector<PersistPiece> persist_;  // scheduler thread only
   void FlushPersists();
@@ -248,6 +275,19 @@ class EngineImpl : public Engine {
   void StoreSwa(Seq* s, const SwaCapture& c);
   // Device thread: starts the batch's swap-in and marks the steps that must wait for it.
   bool StartSwapIn(Batch* b, std::vector<SeqStep>* steps);
+  // PD hand-off (engine_handoff.cc). CheckResume: whether a submitted state fits this engine
+  // (else the request takes the ordinary path, counted). QueueHandoffBlocks: an export's reused
+  // full blocks go to the store too. TryAdmitResume: admits a resumed sequence straight into
+  // decode at L (kFallback: a full block is missing; the ordinary path follows). The capture:
+  // on the device after the forward and after the sample, completed in post-processing.
+  bool CheckResume(const Request& r, const HandoffState& h) const;
+  void QueueHandoffBlocks(Seq* s, const std::vector<int32_t>& blocks);
+  enum class ResumeAdmit { kAdmitted, kNotNow, kFallback };
+  ResumeAdmit TryAdmitResume(const std::shared_ptr<Seq>& s, Batch* b, AdmissionView v);
+  void CaptureHandoffRings(const Entry& e);    // device thread, after the forward
+  void CaptureHandoffSampler(const Entry& e);  // device thread, after the sample
+  void FinishHandoffCapture(Seq* s, const Entry& e);
+  std::atomic<uint64_t> stat_handoff_exports_{0}, stat_handoff_imports_{0}, stat_handoff_fallbacks_{0};
   std::shared_ptr<SwaPool> swa_pool_;
   std::unique_ptr<SwapIn> swap_in_ = std::make_unique<SwapIn>();
   std::atomic<uint64_t> stat_swa_hits_{0}, stat_swa_misses_{0}, stat_replayed_{0};

@@ -60,7 +60,8 @@ void EngineImpl::RegisterBlocks(Seq* s) {
     // stays private and is not written again.
     const bool fresh = !blocks_.IsCached(key);
     blocks_.Register(s->blocks[s->registered], key);
-    if (!config_.kv_store || !fresh) continue;
+    // A hand-off export writes its duplicates too: the resuming engine must find every block.
+    if (!config_.kv_store || (!fresh && !s->handoff_persist)) continue;
     if (kv_->block_bytes() == 0) {
       if (!warned_no_block_bytes_) LADLE_LOG_WARN("engine.kv_store_unused reason=\"the model's KV storage has no byte access\"");
       warned_no_block_bytes_ = true;
@@ -71,6 +72,10 @@ void EngineImpl::RegisterBlocks(Seq* s) {
       persist_.push_back(std::move(piece));  // a gap (a duplicate between): a new piece
       piece = PersistPiece{};
       piece.parent = s->hashes[s->registered - 1];
+    }
+    if (piece.blocks.empty()) {
+      piece.handoff = s->handoff_persist;
+      piece.handoff_first = s->registered;
     }
     piece.blocks.push_back(s->blocks[s->registered]);
     piece.keys.push_back(key);
@@ -138,6 +143,7 @@ void EngineImpl::AddPrefillChunk(const std::shared_ptr<Seq>& sp, int64_t q, Batc
   if (e.sample) {
     s->decoding = true;
     s->sampled += 1;
+    if (s->req->handoff_export) e.handoff = std::make_shared<HandoffState>();
   }
   PlanSwaCapture(s, &e);
   b->entries.push_back(std::move(e));
@@ -176,6 +182,18 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
     s->fork_parent = nullptr;
     p->pending_forks -= 1;
   } else {
+    if (s->resume) {
+      // PD hand-off: straight into decode at L when every full block is here.
+      const ResumeAdmit ra = TryAdmitResume(sp, b, v);
+      if (ra == ResumeAdmit::kNotNow) return false;
+      if (ra == ResumeAdmit::kAdmitted) {
+        s->state = Seq::State::kRunning;
+        running_.push_back(sp);
+        return true;
+      }
+      s->resume.reset();  // kFallback: the ordinary path below (hit policy, recompute)
+      ++stat_handoff_fallbacks_;
+    }
     std::vector<int32_t> hit;
     if (config_.prefix_cache) {
       // Recipe "Hit policy" (DecideHit): at most L − 134 (window + rollback) tokens can hit,
@@ -215,6 +233,13 @@ bool EngineImpl::TryAdmit(const std::shared_ptr<Seq>& sp, Batch* b, StepBudget* 
     s->computed = cached;
     s->kv_written = kv_written;
     s->registered = s->blocks.size();
+    if (s->req->handoff_export) {
+      // Every full block of the prompt goes to the store for the resuming engine: the reused
+      // ones now (after this batch's forward and swap-in), the computed ones as they register.
+      s->handoff_persist = std::make_shared<HandoffPersist>();
+      s->handoff_persist->queued.assign(static_cast<size_t>(s->target / block_size_), 0);
+      QueueHandoffBlocks(s, s->blocks);
+    }
     // Reported as cached: prompt tokens not recomputed, or with exact replay those whose KV
     // was reused.
     const int64_t reused = replay_all ? kv_written : cached;
@@ -309,7 +334,7 @@ std::shared_ptr<Batch> EngineImpl::Schedule() {
     }
     if (!TryAdmit(s, b.get(), &budget, &in_batch)) break;
     it = waiting_.erase(it);
-    const int64_t q = take_chunk(s);
+    const int64_t q = s->decoding ? 0 : take_chunk(s);  // a resumed hand-off decodes next step
     if (q > 0) {
       AddPrefillChunk(s, q, b.get());
       in_batch.push_back(s.get());
@@ -318,7 +343,8 @@ std::shared_ptr<Batch> EngineImpl::Schedule() {
   b->record.step = b->step;
   if (config_.chunk_policy == "time") b->record.budget_ns = static_cast<double>(config_.step_budget_ns);
   for (auto& r : running_) RegisterBlocks(r.get());
-  if (b->entries.empty() && b->copies.empty() && b->resets.empty() && b->installs.empty() && b->swa_restores.empty()) {
+  if (b->entries.empty() && b->copies.empty() && b->resets.empty() && b->installs.empty() && b->swa_restores.empty() &&
+      b->slot_restores.empty()) {
     if (inflight_.empty() && running_.size() > 1) {
       // Nothing could run and nothing is in flight: every running sequence is a prompt
       // waiting for blocks that the others hold (admission only reserves a first chunk).

@@ -99,7 +99,7 @@ void EngineImpl::StoreSwa(Seq* s, const SwaCapture& c) {
 }
 
 bool EngineImpl::StartSwapIn(Batch* b, std::vector<SeqStep>* steps) {
-  if (b->installs.empty() && b->swa_restores.empty()) return false;
+  if (b->installs.empty() && b->swa_restores.empty() && b->slot_restores.empty()) return false;
   std::vector<SwapIn::Op> ops;
   const int block_layer = model_->global_kv_first_layer();
   std::unordered_set<int32_t> blocks, slots;
@@ -109,6 +109,11 @@ bool EngineImpl::StartSwapIn(Batch* b, std::vector<SeqStep>* steps) {
                      // Sized when hit; a failure here is a storage bug, not a miss.
                      LADLE_CHECK(kv_->WriteSwa(r.slot, r.anchor, *r.bytes));
                    }});
+  }
+  for (auto& r : b->slot_restores) {
+    slots.insert(r.slot);
+    // Checked when submitted (CheckResume); a failure here is a storage bug.
+    ops.push_back({0, [this, r] { LADLE_CHECK(kv_->WriteSlotState(r.slot, r.state->position, r.state->ring)); }});
   }
   for (auto& in : b->installs) {
     blocks.insert(in.block);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,34 @@ struct TokenEvent {
   std::vector<std::pair<TokenId, float>> top_logprobs;
 };
 
+// PD hand-off (docs/engine.md, "PD hand-off"): everything a sequence at position L (its prompt
+// length) needs to continue decoding in another engine of the same model exactly as the engine
+// that prefilled it would have. Captured by an engine for a request with
+// SubmitRequest::handoff_export when the prefill that samples its first token completes, and
+// delivered on the request's final Output; resumed by SubmitRequest::resume. The full blocks
+// [0, L / 128) travel through the persistent store (EngineConfig::kv_store); the rest is here.
+struct HandoffState {
+  std::string model;               // the model's chain-key identity (model_fingerprint or ModelFingerprint)
+  int64_t position = 0;            // L: the next decode consumes first_token at position L
+  TokenId first_token = 0;         // the token sampled after the prompt
+  std::vector<uint8_t> ring;       // KvStorage::ReadSlotState at L
+  std::vector<uint8_t> partial_block;  // KvStorage::ReadBlock of block L / 128; empty when L % 128 == 0
+  int64_t partial_tokens = 0;      // L % 128: the positions of partial_block that hold KV
+  int64_t full_blocks = 0;         // L / 128: expected from the resuming engine's pool or store
+  // Of the full blocks, how many (from the first) were queued to the exporting engine's store
+  // (those it reused from its pool too). Fewer than full_blocks: some could not be written (no
+  // store, no prefix cache, a read-out error), and the resume falls back unless its own pool
+  // has them. Queued is not yet written: check the store (Match) before resuming, or the
+  // resume may fall back.
+  int64_t blocks_persisted = 0;
+  // The sampler after first_token (SamplerState): with it, sampling continues exactly too.
+  uint64_t rng = 0;
+  std::vector<std::pair<TokenId, int>> counts;  // penalty counts of generated tokens, sorted
+};
+// A flat little-endian encoding of a HandoffState (to carry it between processes), and back.
+std::vector<uint8_t> EncodeHandoff(const HandoffState& h);
+Result<HandoffState> DecodeHandoff(std::span<const uint8_t> bytes);
+
 struct Output {
   RequestId id = 0;
   std::vector<TokenEvent> tokens;
@@ -76,6 +105,8 @@ struct Output {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   std::string error;          // kError only
+  // SubmitRequest::handoff_export: set on the final Output when the state was captured.
+  std::shared_ptr<const HandoffState> handoff;
 };
 
 struct Stats {
@@ -111,6 +142,10 @@ struct Stats {
   double swap_in_copy_seconds_total = 0, swap_in_exposed_seconds_total = 0;
   uint64_t swap_in_copies = 0;
   double device_idle_fraction = 0.0;
+  // PD hand-off: states captured for export, resumes that continued from one, and resumes that
+  // fell back to the ordinary path (a full block missing from pool and store, a size or model
+  // mismatch): they recompute, with the hit policy.
+  uint64_t handoff_exports = 0, handoff_imports = 0, handoff_fallbacks = 0;
   // The model's EP ranks (Model::ConfigureExpertParallel), when it has them.
   bool expert_parallel = false;
   ExpertParallelStats ep;
@@ -128,6 +163,16 @@ struct SubmitRequest {
   // (end − 1) rounded down, so the decode engine continuing with prompt + first token restores
   // the ring exactly. 0: the usual anchor.
   int64_t swa_anchor_for_len = 0;
+  // PD hand-off, exporting side (n == 1, max_tokens == 1): capture the sequence's state once
+  // its prefill completes and deliver it on the final Output (Output::handoff). Every full
+  // block of the prompt is queued to EngineConfig::kv_store, exempt from its back-pressure.
+  bool handoff_export = false;
+  // PD hand-off, resuming side (n == 1): `prompt` is the exported prompt + its first token
+  // (L + 1 tokens). The full blocks come from the pool or the store (the request waits in its
+  // loading state meanwhile), the partial block and the rings are restored, and the first
+  // decode step consumes the first token at L. Anything missing or mismatched: the ordinary
+  // path (Stats::handoff_fallbacks). A mask provider must already have accepted first_token.
+  std::shared_ptr<const HandoffState> resume;
 };
 
 // Outputs are delivered on the engine's thread; the sink must not block (hand off to a queue).

@@ -114,6 +114,18 @@ class KvStorage {
   virtual size_t swa_bytes() const { return 0; }
   virtual bool ReadSwa(int slot, int64_t anchor, std::span<uint8_t> out) const { return false; }
   virtual bool WriteSwa(int slot, int64_t anchor, std::span<const uint8_t> in) { return false; }
+  // Byte access to a slot's whole ring state at position `pos`, at any position (the PD
+  // hand-off, engine.h HandoffState): every SWA layer's K/V ring, encoder and decoder (the
+  // decoder's from the prefill's Decoder SWA Bounded Replay), the encoder-output ring and the
+  // positions they hold, in one fixed layout. A slot written from it continues exactly as the
+  // slot it was read from would have: its next step starts at `pos`. ReadSlotState fails
+  // (false) unless every ring of the slot ends at `pos`; both fail for a wrong size.
+  // 0 / false where unsupported.
+  virtual size_t slot_state_bytes() const { return 0; }
+  virtual bool ReadSlotState(int slot, int64_t pos, std::span<uint8_t> out) const { return false; }
+  virtual bool WriteSlotState(int slot, int64_t pos, std::span<const uint8_t> in) { return false; }
+  // Whether WriteSlotState(any slot, pos, in) would succeed (checked before it is queued).
+  virtual bool SlotStateFits(int64_t pos, std::span<const uint8_t> in) const { return false; }
 };
 
 // Asks a forward to snapshot the sequence's SWA state (KvStorage::ReadSwa's layout) at the

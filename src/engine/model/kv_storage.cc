@@ -136,4 +136,67 @@ bool ModelKvStorage::WriteSwa(int slot, int64_t anchor, std::span<const uint8_t>
   return true;
 }
 
+size_t ModelKvStorage::slot_state_bytes() const {
+  return 4 * sizeof(int64_t) + slot_floats_ * sizeof(float);
+}
+
+bool ModelKvStorage::ReadSlotState(int slot, int64_t pos, std::span<uint8_t> out) const {
+  LADLE_CHECK(slot >= 0 && slot < num_slots_);
+  if (out.size() != slot_state_bytes() || pos < 0) return false;
+  const SlotState& st = states_[static_cast<size_t>(slot)];
+  if (st.encoder.hi != pos || st.decoder.hi != pos) return false;
+  const int64_t header[4] = {st.encoder.lo, st.encoder.hi, st.decoder.lo, st.decoder.hi};
+  std::memcpy(out.data(), header, sizeof header);
+  const int R = config_.swa_ring;
+  float* dst = reinterpret_cast<float*>(out.data() + sizeof header);
+  const float* base = SlotBase(slot);
+  // Every ring of the slot (K and V of each layer, then the encoder outputs) has R rows of
+  // `width` floats, position p at row p % R: copied out in position order.
+  auto copy_ring = [&](const float* ring, size_t width) {
+    for (int64_t p = pos - R; p < pos; ++p, dst += width) {
+      if (p < 0) {
+        std::memset(dst, 0, width * sizeof(float));
+      } else {
+        std::memcpy(dst, ring + static_cast<size_t>(p % R) * width, width * sizeof(float));
+      }
+    }
+  };
+  for (int l = 0; l < layers_; ++l) {
+    copy_ring(base + static_cast<size_t>(l) * 2 * ring_layer_floats_, kv_dim_);
+    copy_ring(base + static_cast<size_t>(l) * 2 * ring_layer_floats_ + ring_layer_floats_, kv_dim_);
+  }
+  copy_ring(base + static_cast<size_t>(layers_) * 2 * ring_layer_floats_, static_cast<size_t>(config_.hidden));
+  return true;
+}
+
+bool ModelKvStorage::SlotStateFits(int64_t pos, std::span<const uint8_t> in) const {
+  if (in.size() != slot_state_bytes() || pos < 0) return false;
+  int64_t h[4];
+  std::memcpy(h, in.data(), sizeof h);
+  // Ranges a ReadSlotState at `pos` could have produced: lo <= hi = pos.
+  return h[1] == pos && h[3] == pos && h[0] >= 0 && h[0] <= pos && h[2] >= 0 && h[2] <= pos;
+}
+
+bool ModelKvStorage::WriteSlotState(int slot, int64_t pos, std::span<const uint8_t> in) {
+  LADLE_CHECK(slot >= 0 && slot < num_slots_);
+  if (!SlotStateFits(pos, in)) return false;
+  int64_t h[4];
+  std::memcpy(h, in.data(), sizeof h);
+  const int R = config_.swa_ring;
+  const float* src = reinterpret_cast<const float*>(in.data() + sizeof h);
+  float* base = SlotBase(slot);
+  auto copy_ring = [&](float* ring, size_t width) {
+    for (int64_t p = pos - R; p < pos; ++p, src += width) {
+      if (p >= 0) std::memcpy(ring + static_cast<size_t>(p % R) * width, src, width * sizeof(float));
+    }
+  };
+  for (int l = 0; l < layers_; ++l) {
+    copy_ring(base + static_cast<size_t>(l) * 2 * ring_layer_floats_, kv_dim_);
+    copy_ring(base + static_cast<size_t>(l) * 2 * ring_layer_floats_ + ring_layer_floats_, kv_dim_);
+  }
+  copy_ring(base + static_cast<size_t>(layers_) * 2 * ring_layer_floats_, static_cast<size_t>(config_.hidden));
+  states_[static_cast<size_t>(slot)] = SlotState{{h[0], h[1]}, {h[2], h[3]}};
+  return true;
+}
+
 }  // namespace ladle::engine::model

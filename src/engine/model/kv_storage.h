@@ -51,6 +51,14 @@ class ModelKvStorage final : public KvStorage {
   size_t swa_bytes() const override;
   bool ReadSwa(int slot, int64_t anchor, std::span<uint8_t> out) const override;
   bool WriteSwa(int slot, int64_t anchor, std::span<const uint8_t> in) override;
+  // A header of 4 int64 (encoder lo, hi, decoder lo, hi), then per layer (encoder, then
+  // decoder) K then V of positions [pos - swa_ring, pos), oldest first, then the encoder
+  // output of the same positions; rows of positions below 0 are zero. Positions below a ring's
+  // lo are carried as they are but never read (the model attends from lo).
+  size_t slot_state_bytes() const override;
+  bool ReadSlotState(int slot, int64_t pos, std::span<uint8_t> out) const override;
+  bool WriteSlotState(int slot, int64_t pos, std::span<const uint8_t> in) override;
+  bool SlotStateFits(int64_t pos, std::span<const uint8_t> in) const override;
   // The copy of one encoder layer's window / of the encoder outputs, into `dst` at its place
   // in the swa layout; the ring must hold [anchor - window, anchor) (the model's capture).
   void CaptureSwaLayer(int slot, int layer, int64_t anchor, uint8_t* dst) const;
