@@ -104,12 +104,36 @@ Result<engine::RequestId> RoutedEngineImpl::Submit(engine::SubmitRequest request
 
 void RoutedEngineImpl::Dispatch(const std::shared_ptr<Routed>& r, Stage stage, int avoid) {
   std::lock_guard sink_lock(r->sink_mu);
+  // The prefix hit, known before routing (the recipe's CHECK role: metadata only): it sets the
+  // request's compute-quota, cost(q = uncached, c = cached).
+  int64_t cached_tokens = 0;
+  if (stage == Stage::kPrefill && o_.store) {
+    std::vector<kvcache::ExtraKey> extras;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& e : eps_) {
+        if (e->known && e->role == EpRole::kPrefill && !e->key_extras.empty()) {
+          extras = e->key_extras;
+          break;
+        }
+      }
+    }
+    if (!extras.empty()) {
+      const auto keys = kvcache::ChainKeys(std::span<const uint32_t>(r->prompt.data(), r->prompt.size()), extras);
+      if (auto hit = o_.store->MatchSync(keys); hit.ok()) cached_tokens = static_cast<int64_t>(*hit) * kvcache::kBlockTokens;
+    }
+  }
   std::shared_ptr<StreamCall> call;
   const char* fail = nullptr;
   engine::FinishKind fail_kind = engine::FinishKind::kError;
   {
     std::lock_guard lock(mu_);
     if (r->done) return;
+    if (stage == Stage::kPrefill && !r->cancelled && PrefillRouterReady() && HasRole(EpRole::kPrefill)) {
+      // The Prefill Load Balancer queues it; an engine pulls it (now, if one has quota).
+      EnqueuePrefill(r, cached_tokens);
+      goto pull;
+    }
     auto [ep, rank] = Choose(stage, *r, avoid);
     if (ep < 0 && stage == Stage::kPrefill) {
       // No prefill engine: the decode engine prefills itself.
@@ -129,6 +153,9 @@ void RoutedEngineImpl::Dispatch(const std::shared_ptr<Routed>& r, Stage stage, i
   }
   if (fail != nullptr) return FailRequest(r, fail_kind, fail);
   call->Begin();
+  return;
+pull:
+  PumpPrefill();
 }
 
 // The stream of one stage on (ep, rank): the prompt plus what was generated before (a decode
@@ -237,6 +264,7 @@ void RoutedEngineImpl::OnResponse(const std::shared_ptr<Routed>& r, StreamCall* 
         // The prefill's one token is out: the rest is the decode engine's (after OnDone).
         r->prefill_done_ms = SteadyMs();
         r->prefill_ep = call->ep();
+        LeavePrefill(*r);
         return;
       }
       if (!r->cached_known) {
@@ -271,6 +299,7 @@ void RoutedEngineImpl::OnCallDone(const std::shared_ptr<Routed>& r, StreamCall* 
     if (r->call.get() != call) return;
     r->call.reset();
     Uncharge(*r);
+    if (call->stage() == Stage::kPrefill) LeavePrefill(*r);
     const bool dead = call->engine_dead.load() || s.error_code() == grpc::StatusCode::UNAVAILABLE;
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
       // The stream broke (a killed engine resets its connections): dead now, not at the next poll.
@@ -303,6 +332,7 @@ void RoutedEngineImpl::OnCallDone(const std::shared_ptr<Routed>& r, StreamCall* 
       }
     }
   }
+  if (call->stage() == Stage::kPrefill) PumpPrefill();  // its quota left: queued prefills may fit now
   switch (next) {
     case kHandoff: StartHandoff(r); break;
     case kReroute: Dispatch(r, stage, avoid); break;
@@ -350,6 +380,7 @@ void RoutedEngineImpl::FailRequest(const std::shared_ptr<Routed>& r, engine::Fin
     if (r->done) return;
     r->done = true;
     Uncharge(*r);
+    LeavePrefill(*r);
     reqs_.erase(r->id);
     for (size_t i = 0; i < r->sample_done.size(); ++i) {
       if (r->sample_done[i]) continue;

@@ -14,6 +14,7 @@
 
 #include "ladle/cluster/routed_engine.h"
 #include "ladle/engine/cost_model.h"
+#include "ladle/lb/prefill_lb.h"
 #include "ladle_cluster.grpc.pb.h"
 #include "rpc_convert.h"
 #include "vllm_engine.grpc.pb.h"
@@ -89,6 +90,7 @@ struct Routed {
   int prefill_ep = -1;
   int64_t prefill_done_ms = 0;
   bool awaiting_first_decode = false;
+  bool in_prefill_router = false;
 };
 
 class RoutedEngineImpl;
@@ -147,6 +149,16 @@ class RoutedEngineImpl final : public RoutedEngine {
   void Charge(Routed& r, int ep, int rank, Stage stage);
   void Uncharge(Routed& r);
 
+  // routed_engine_prefill.cc: the Prefill Load Balancer (lb::PrefillRouter) over the prefill
+  // engines: requests queue per length bucket, engines pull by remaining compute-quota.
+  bool PrefillRouterReady();  // under mu_; builds the router once prefill engines are known
+  void EnqueuePrefill(const std::shared_ptr<Routed>& r, int64_t cached_tokens);  // under mu_
+  void LeavePrefill(Routed& r);  // under mu_: off the router, wherever it is
+  // Hands queued prefills to engines with quota left; starts their streams (takes mu_).
+  void PumpPrefill();
+  std::vector<std::shared_ptr<StreamCall>> PullLocked();
+  void PrefillRoundTick();
+
   // routed_engine.cc: the request flow.
   void Dispatch(const std::shared_ptr<Routed>& r, Stage stage, int avoid);
   std::shared_ptr<StreamCall> PrepareCall(Routed& r, Stage stage, int ep, int rank);
@@ -181,6 +193,10 @@ class RoutedEngineImpl final : public RoutedEngine {
   std::deque<Handoff> handoffs_waiting_;
   std::condition_variable cv_;
   std::thread poller_, handoff_thread_;
+  std::unique_ptr<lb::PrefillRouter> prefill_router_;
+  std::vector<int> prefill_eps_;  // router engine index -> endpoint index
+  std::unordered_map<engine::RequestId, std::shared_ptr<Routed>> prefill_queued_;  // submitted, not pulled
+  int64_t last_round_ms_ = 0;
 };
 
 int64_t SteadyMs();

@@ -117,6 +117,9 @@ void RoutedEngineImpl::PollLoop() {
       PollOne(static_cast<int>(i));
       lock.lock();
     }
+    lock.unlock();
+    PrefillRoundTick();
+    lock.lock();
     cv_.wait_for(lock, std::chrono::milliseconds(o_.poll_ms), [&] { return shutdown_; });
   }
 }

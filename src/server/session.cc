@@ -410,7 +410,10 @@ void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
   if (!id.ok()) {
     active_.reset();
     server_.Release();
-    const int retry = id.status().code() == StatusCode::kResourceExhausted ? cfg.retry_after_s : 0;
+    // Full (429/529), or no engine of a needed role alive behind an entrypoint (503): both pass.
+    const int retry = id.status().code() == StatusCode::kResourceExhausted || id.status().code() == StatusCode::kUnavailable
+                          ? cfg.retry_after_s
+                          : 0;
     RespondError(api, ErrorFor(api, id.status()), rid, keep_alive, retry);
     return;
   }

@@ -47,6 +47,11 @@ struct RoutedEngineOptions {
   // Naive routing for comparisons: "balanced" (the recipe's balancers), "round-robin" or
   // "least-requests".
   std::string policy = "balanced";
+  // Prefill Load Balancer: the compute-quota (ns of prefill, the engines' cost(q, c)) a prefill
+  // rank may hold before it pulls no more (an idle rank always takes the queue's head), and the
+  // round after which the length buckets are re-split by the last round's demand.
+  double prefill_rank_quota_ns = 500e6;
+  int64_t prefill_round_ms = 2000;
 };
 
 struct ClusterStats {

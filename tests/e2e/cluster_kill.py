@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Kill test for `ladle cluster`: cluster_kill.py PORT READY_FILE STREAMS MAX_TOKENS ENGINE_NAME
+
+Runs STREAMS concurrent greedy streams (Chat Completions, SSE) twice: once unfaulted (the
+reference), once while ENGINE_NAME (e.g. decode-0) is killed with SIGKILL after every stream has
+its first tokens. Passes when no stream sees an error, every stream ends with finish_reason
+"length" and exactly MAX_TOKENS tokens (or "stop" at an EOS) (nothing lost or repeated), within a deadline. Prints how
+many faulted streams equal their reference (greedy), and the time to detect and re-route."""
+import http.client
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+port, ready_file, streams, max_tokens, victim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+DEADLINE_S = 240
+
+
+def stream(i, out, started):
+    body = json.dumps({"model": "ladle", "stream": True, "temperature": 0, "max_tokens": max_tokens,
+                       "stream_options": {"include_usage": True}, "logprobs": True,
+                       "messages": [{"role": "user", "content": f"stream {i}: " + "the quick brown fox " * (5 + 7 * i)}]})
+    res = {"text": "", "tokens": [], "finish": None, "error": None, "usage": None}
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=DEADLINE_S)
+        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            res["error"] = f"HTTP {r.status}: {r.read()[:300]!r}"
+        else:
+            buf = b""
+            while True:
+                chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n\n" in buf:
+                    frame, buf = buf.split(b"\n\n", 1)
+                    for line in frame.split(b"\n"):
+                        if not line.startswith(b"data: "):
+                            continue
+                        data = line[6:]
+                        if data == b"[DONE]":
+                            continue
+                        j = json.loads(data)
+                        if "error" in j:
+                            res["error"] = json.dumps(j["error"])
+                        if j.get("usage"):
+                            res["usage"] = j["usage"]
+                        for ch in j.get("choices", []):
+                            d = ch.get("delta", {})
+                            res["text"] += d.get("content") or ""
+                            lp = ch.get("logprobs") or {}
+                            for t in lp.get("content") or []:
+                                res["tokens"].append(t["token"])
+                            if ch.get("finish_reason"):
+                                res["finish"] = ch["finish_reason"]
+                            if res["tokens"]:
+                                started.set()
+    except Exception as e:  # a client-visible failure
+        res["error"] = repr(e)
+    finally:
+        started.set()  # a stream that failed before its first token must not hold the kill back
+    out[i] = res
+
+
+def run(kill):
+    out = [None] * streams
+    started = [threading.Event() for _ in range(streams)]
+    ts = [threading.Thread(target=stream, args=(i, out, started[i])) for i in range(streams)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    killed_at = None
+    if kill:
+        for e in started:
+            e.wait(DEADLINE_S)
+        ready = json.load(open(ready_file))
+        pid = next(e["pid"] for e in ready["engines"] if e["name"] == victim)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        print(f"cluster_kill: killed {victim} (pid {pid}) {killed_at - t0:.1f} s in")
+    for t in ts:
+        t.join(DEADLINE_S)
+    return out, time.time() - t0, killed_at
+
+
+ref, ref_s, _ = run(False)
+got, got_s, _ = run(True)
+bad = 0
+same = 0
+for i, (a, b) in enumerate(zip(ref, got)):
+    for name, r in (("reference", a), ("faulted", b)):
+        usage = (r or {}).get("usage") or {}
+        # EOS may end a random-weight model's answer early ("stop"); otherwise every token is there.
+        if r is None or r["error"] or r["finish"] not in ("length", "stop") or (
+                r["finish"] == "length" and usage.get("completion_tokens") != max_tokens):
+            bad += 1
+            print(f"FAIL stream {i} ({name}): {json.dumps(r)[:400]}")
+    if a and b and a["text"] == b["text"]:
+        same += 1
+print(f"cluster_kill: {streams} streams x {max_tokens} tokens; unfaulted {ref_s:.1f} s, faulted {got_s:.1f} s; "
+      f"client-visible errors {bad}; faulted == unfaulted text: {same}/{streams}")
+sys.exit(1 if bad else 0)
