@@ -315,6 +315,10 @@ void RefModel::RunSequence(const SeqStep& step, ModelKvStorage& kv, float* out) 
     std::memcpy(x.data() + static_cast<size_t>(i) * H, W.embed + static_cast<size_t>(step.tokens[static_cast<size_t>(i)]) * H,
                 sizeof(float) * H);
   }
+  // The slot's ring range may be set by a swap-in copy still in flight (an SWA entry restored
+  // for this step, layer 0): wait for it before reading the range, or a restored window would
+  // read as a gap and the encoder would attend only to this step's tokens.
+  if (step.ready) step.ready->WaitLayer(0);
   const int64_t enc_lo = ContinueFrom(st.encoder, pos0, R);
   // An SWA snapshot needs the anchor's whole window computed by this sequence.
   SwaCapture* cap = step.swa_capture;
@@ -490,8 +494,6 @@ bool RefModel::GetExpertParallelStats(ExpertParallelStats* out) const {
 }
 
 }  // namespace model
-
-void Model::SetChunkInvariant(bool on) { model::SetRowInvariantLinear(on); }
 
 Result<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const std::string& weights_dir) {
   LADLE_RETURN_IF_ERROR(model::InitBlas());
