@@ -153,7 +153,6 @@ std::vector<std::string> EngineFlags(const ServeOpts& o) {
   add("log-format", o.log_format);
   if (o.no_async) a.push_back("--no-async");
   if (o.exact_replay) a.push_back("--exact-replay");
-  if (o.chunk_invariant) a.push_back("--chunk-invariant");
   return a;
 }
 

@@ -89,9 +89,6 @@ void AddCommonFlags(CLI::App* cmd, ServeOpts* o) {
 }
 
 void AddEngineFlags(CLI::App* cmd, ServeOpts* o) {
-  cmd->add_flag("--chunk-invariant", o->chunk_invariant,
-                "bit-identical logits however a prompt is chunked, cached or handed off (every projection row by GEMV; "
-                "slower prefill)");
   cmd->add_option("--model", o->model, "weights folder (config.json + *.safetensors); default: built-in");
   cmd->add_option("--model-config", o->model_config,
                   "config.json sizing the built-in seeded model (no weights file; e.g. bench/serve/tiny_model.json)");
@@ -222,7 +219,6 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
   }
   // One model per DP rank: each rank is its own engine loop with its own weights buffers and
   // KV pool, as DP ranks of one instance are separate GPUs.
-  engine::Model::SetChunkInvariant(o.chunk_invariant);
   std::vector<std::unique_ptr<engine::Model>> models;
   for (int i = 0; i < dp; ++i) {
     LADLE_ASSIGN_OR_RETURN(auto model, engine::Model::Create(model_config, o.model));

@@ -69,7 +69,6 @@ struct ServeOpts {
   std::string chunk_policy = "time";
   std::string cost_model;
   bool no_async = false;
-  bool chunk_invariant = false;  // Model::SetChunkInvariant
   std::string log_format = "text";
   // Structured output (docs/structured_output.md).
   std::vector<std::string> grammar_workers;

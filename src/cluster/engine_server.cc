@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <unordered_map>
@@ -94,6 +95,7 @@ struct Call {
   bool prefill_done = false;
   double quota_ns = 0;
   int64_t kv_tokens = 0;
+  std::shared_ptr<const engine::HandoffState> resume;  // PD: the prefill engine's state
 };
 
 class GenerateReactor;
@@ -139,6 +141,11 @@ class EngineServerImpl final : public EngineServer,
     if (s) {
       s->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
       s->Wait();
+    }
+    std::unique_lock lock(peer_rpc_mu_);
+    if (!peer_rpc_cv_.wait_for(lock, std::chrono::milliseconds(o_.swa_fetch_timeout_ms + 5000),
+                               [&] { return peer_rpcs_ == 0; })) {
+      LADLE_LOG_ERROR("engine_server.shutdown peer_rpcs={} (not finished in time)", peer_rpcs_);
     }
   }
 
@@ -247,6 +254,16 @@ class EngineServerImpl final : public EngineServer,
       q->set_running(static_cast<int32_t>(st.running));
       q->set_waiting(static_cast<int32_t>(st.queue_depth));
       q->set_kv_capacity_tokens(static_cast<int64_t>(st.kv_blocks_total) * o_.info.block_size);
+      q->set_kv_blocks_used(static_cast<int64_t>(st.kv_blocks_used));
+      q->set_kv_blocks_total(static_cast<int64_t>(st.kv_blocks_total));
+      q->set_prefix_hit_tokens(st.prefix_hit_tokens);
+      q->set_prefix_hit_tokens_store(st.prefix_hit_tokens_store);
+      q->set_swa_hits(st.swa_hits);
+      q->set_swa_misses(st.swa_misses);
+      q->set_replayed_tokens(st.replayed_tokens);
+      q->set_handoff_exports(st.handoff_exports);
+      q->set_handoff_imports(st.handoff_imports);
+      q->set_handoff_fallbacks(st.handoff_fallbacks);
       std::lock_guard lock(load_mu_);
       q->set_kv_tokens(loads_[i].kv_tokens);
       q->set_quota_ns(loads_[i].quota_ns);
@@ -278,6 +295,26 @@ class EngineServerImpl final : public EngineServer,
       }
     }
     return Done(ctx);
+  }
+
+  grpc::ServerUnaryReactor* HandoffFetch(grpc::CallbackServerContext* ctx, const lrpc::HandoffFetchRequest* req,
+                                         lrpc::HandoffFetchResponse* resp) override {
+    std::lock_guard lock(handoff_mu_);
+    auto it = handoffs_.find(req->request_id());
+    if (it != handoffs_.end()) {
+      resp->set_found(true);
+      resp->set_state(it->second.first.data(), it->second.first.size());
+      handoffs_.erase(it);  // one decode engine takes it
+    }
+    return Done(ctx);
+  }
+  // Keeps an exported state for its decode engine: at most 512, for at most a minute.
+  void KeepHandoff(const std::string& rid, const engine::HandoffState& h) {
+    const int64_t now = NowMs();
+    std::lock_guard lock(handoff_mu_);
+    std::erase_if(handoffs_, [&](const auto& kv) { return kv.second.second <= now; });
+    if (handoffs_.size() >= 512) handoffs_.erase(handoffs_.begin());
+    handoffs_[rid] = {engine::EncodeHandoff(h), now + 60'000};
   }
 
   // --- used by calls ------------------------------------------------------------------
@@ -342,6 +379,23 @@ class EngineServerImpl final : public EngineServer,
   std::deque<SwaLog> swa_log_;
   uint64_t swa_next_ = 1;
   std::atomic<uint64_t> swa_served_{0};
+  std::mutex handoff_mu_;
+  std::unordered_map<std::string, std::pair<std::vector<uint8_t>, int64_t>> handoffs_;
+  // Peer calls (SWA and hand-off fetches) in flight: each callback holds a token until it has
+  // returned, and Shutdown waits for none to be left before the peers' channels go.
+  std::shared_ptr<void> PeerRpcToken() {
+    {
+      std::lock_guard lock(peer_rpc_mu_);
+      ++peer_rpcs_;
+    }
+    return std::shared_ptr<void>(nullptr, [this](void*) {
+      std::lock_guard lock(peer_rpc_mu_);
+      if (--peer_rpcs_ == 0) peer_rpc_cv_.notify_all();
+    });
+  }
+  std::mutex peer_rpc_mu_;
+  std::condition_variable peer_rpc_cv_;
+  int peer_rpcs_ = 0;
   std::mutex peers_mu_;
   std::unordered_map<std::string, std::unique_ptr<lrpc::LadleEngine::Stub>> peers_;
 
@@ -456,6 +510,34 @@ lrpc::LadleEngine::Stub* EngineServerImpl::PeerStub(const std::string& addr) {
 // hit policy finds them (recipe "SWA KVCache": on a hit with no local copy it's fetched
 // cross-machine). A fetch that fails or times out leaves a miss: the window is replayed.
 void EngineServerImpl::FetchSwaThenSubmit(std::shared_ptr<Call> c) {
+  if (!c->extras.handoff_id.empty() && !c->resume) {
+    // PD: the prefill engine's exported state, engine to engine. Without it (gone, late, a
+    // different model) the request takes the ordinary hit path below.
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o_.swa_fetch_timeout_ms));
+    auto req = std::make_shared<lrpc::HandoffFetchRequest>();
+    auto resp = std::make_shared<lrpc::HandoffFetchResponse>();
+    req->set_request_id(c->extras.handoff_id);
+    PeerStub(c->extras.handoff_peer)
+        ->async()
+        ->HandoffFetch(ctx.get(), req.get(), resp.get(), [this, c, ctx, req, resp, tok = PeerRpcToken()](grpc::Status st) {
+          if (st.ok() && resp->found()) {
+            auto h = engine::DecodeHandoff(
+                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(resp->state().data()), resp->state().size()));
+            if (h.ok()) {
+              c->resume = std::make_shared<const engine::HandoffState>(std::move(h).value());
+            } else {
+              LADLE_LOG_WARN("engine_server.handoff_bad error=\"{}\"", h.status().ToString());
+            }
+          } else {
+            LADLE_LOG_WARN("engine_server.handoff_missing peer={} found={} error=\"{}\"", c->extras.handoff_peer,
+                           resp->found(), st.error_message());
+          }
+          c->extras.handoff_id.clear();
+          FetchSwaThenSubmit(c);
+        });
+    return;
+  }
   std::vector<SwaPeer> want;
   if (o_.swa_pool) {
     const int64_t now = NowMs();
@@ -478,7 +560,8 @@ void EngineServerImpl::FetchSwaThenSubmit(std::shared_ptr<Call> c) {
     req->set_key_hi(p.key.hi);
     req->set_key_lo(p.key.lo);
     PeerStub(p.peer)->async()->SwaFetch(ctx.get(), req.get(), resp.get(),
-                                        [this, c, pending, ctx, req, resp, key = p.key, peer = p.peer](grpc::Status st) {
+                                        [this, c, pending, ctx, req, resp, key = p.key, peer = p.peer,
+                                         tok = PeerRpcToken()](grpc::Status st) {
                                           if (st.ok() && resp->found()) {
                                             std::vector<uint8_t> ring(resp->ring().begin(), resp->ring().end());
                                             o_.swa_pool->Put(key, resp->anchor(), std::move(ring), NowMs());
@@ -541,6 +624,8 @@ void EngineServerImpl::Submit(std::shared_ptr<Call> c, std::shared_ptr<engine::M
   r.mask = std::move(mask);
   r.agent_traffic = c->extras.agent;
   r.swa_anchor_for_len = c->extras.swa_anchor_for_len;
+  r.handoff_export = c->extras.handoff_export && c->sampling.n == 1 && c->sampling.max_tokens == 1;
+  if (c->sampling.n == 1) r.resume = c->resume;
   c->ids.assign(static_cast<size_t>(c->sampling.n), {});
   c->logprobs.assign(static_cast<size_t>(c->sampling.n), {});
   c->unfinished = c->sampling.n;
@@ -647,6 +732,13 @@ void EngineServerImpl::OnOutput(const std::shared_ptr<Call>& c, const engine::Ou
         done->set_completion_tokens(static_cast<uint32_t>(c->ids[i].size()));
         if (out.finish == engine::FinishKind::kStopString) done->set_matched_stop_str(out.stop_matched);
         if (out.finish == engine::FinishKind::kStopToken && !c->ids[i].empty()) done->set_matched_token_id(c->ids[i].back());
+        if (out.handoff) {
+          KeepHandoff(c->rid, *out.handoff);
+          LadleExtras x;
+          x.handoff_id = c->rid;
+          x.handoff_peer = "";  // this engine: the caller knows its address
+          done->set_kv_transfer_params_json(ExtrasToJson(x));
+        }
         if (!c->stream) {
           for (uint32_t t : c->ids[i]) done->add_output_ids(t);
           if (lp) *done->mutable_output_logprobs() = c->logprobs[i];
@@ -722,6 +814,7 @@ void EngineServerImpl::Pump(const std::shared_ptr<Call>& c) {
 }  // namespace
 
 Result<std::unique_ptr<EngineServer>> EngineServer::Start(EngineServerOptions o, std::vector<engine::Engine*> ranks) {
+  PinGrpcCallbackQueue();
   if (ranks.empty()) return InvalidArgument("engine server: no DP ranks");
   auto s = std::make_unique<EngineServerImpl>(std::move(o), std::move(ranks));
   LADLE_RETURN_IF_ERROR(s->Start());

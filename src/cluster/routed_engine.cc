@@ -20,6 +20,7 @@ RoutedEngineImpl::RoutedEngineImpl(RoutedEngineOptions o) : o_(std::move(o)) {}
 RoutedEngineImpl::~RoutedEngineImpl() { Shutdown(); }
 
 Result<std::unique_ptr<RoutedEngine>> RoutedEngine::Create(RoutedEngineOptions o, int64_t wait_ms) {
+  PinGrpcCallbackQueue();
   auto e = std::make_unique<RoutedEngineImpl>(std::move(o));
   LADLE_RETURN_IF_ERROR(e->Init(wait_ms));
   return std::unique_ptr<RoutedEngine>(std::move(e));
@@ -90,7 +91,7 @@ Result<engine::RequestId> RoutedEngineImpl::Submit(engine::SubmitRequest request
     std::lock_guard lock(mu_);
     if (shutdown_) return Status(StatusCode::kUnavailable, "the entrypoint is shutting down");
     const bool decode = HasRole(EpRole::kDecode) || HasRole(EpRole::kBoth);
-    if (!decode) return Status(StatusCode::kUnavailable, "no decode engine is alive");
+    if (!decode && !HasRole(EpRole::kPrefill)) return Status(StatusCode::kUnavailable, "no engine is alive");
     // PD needs one sample (n > 1 samples share a prefill inside one engine).
     r->pd = HasRole(EpRole::kPrefill) && HasRole(EpRole::kDecode) && r->sampling.n == 1 && r->sampling.max_tokens > 1;
     stage = r->pd ? Stage::kPrefill : Stage::kSingle;
@@ -180,9 +181,18 @@ std::shared_ptr<StreamCall> RoutedEngineImpl::PrepareCall(Routed& r, Stage stage
     x.constraint = r.constraint;
     if (r.sampling.n == 1) x.prefix_tokens = gen;
     x.agent = r.agent;
-    if (stage == Stage::kPrefill) x.swa_anchor_for_len = static_cast<int64_t>(tokens.size()) + 1;
-    if (stage != Stage::kPrefill && !e.key_extras.empty()) {
-      // SWA entries other engines hold for this prefix: the largest two block boundaries.
+    if (stage == Stage::kPrefill) {
+      x.swa_anchor_for_len = static_cast<int64_t>(tokens.size()) + 1;  // the fallback's SWA entry
+      x.handoff_export = true;
+    }
+    if (stage == Stage::kDecode && !r.handoff_id.empty() && r.prefill_ep >= 0) {
+      // The exact hand-off: the decode engine takes the prefill's state from the prefill engine.
+      x.handoff_peer = eps_[static_cast<size_t>(r.prefill_ep)]->address;
+      x.handoff_id = std::exchange(r.handoff_id, std::string());
+    }
+    if (!e.key_extras.empty()) {
+      // SWA entries other engines hold for this prefix (a previous turn's, made by the engine
+      // that decoded it): the largest two block boundaries.
       const auto keys = KeysFor(e, tokens);
       const int64_t now = SteadyMs();
       for (size_t i = keys.size(); i-- > 0 && x.swa_peers.size() < 2;) {
@@ -202,6 +212,13 @@ std::shared_ptr<StreamCall> RoutedEngineImpl::PrepareCall(Routed& r, Stage stage
   e.dispatched++;
   return call;
 }
+
+StreamCall::StreamCall(RoutedEngineImpl* eng, std::shared_ptr<Routed> r, int ep, int rank, Stage stage)
+    : eng_(eng), r_(std::move(r)), ep_(ep), rank_(rank), stage_(stage) {
+  eng_->RpcBegin();
+}
+
+StreamCall::~StreamCall() { eng_->RpcEnd(); }
 
 void StreamCall::Begin() {
   self_ = shared_from_this();
@@ -264,6 +281,9 @@ void RoutedEngineImpl::OnResponse(const std::shared_ptr<Routed>& r, StreamCall* 
         // The prefill's one token is out: the rest is the decode engine's (after OnDone).
         r->prefill_done_ms = SteadyMs();
         r->prefill_ep = call->ep();
+        if (c.has_kv_transfer_params_json()) {
+          if (auto x = ExtrasFromJson(c.kv_transfer_params_json()); x.ok()) r->handoff_id = x->handoff_id;
+        }
         LeavePrefill(*r);
         return;
       }
@@ -358,10 +378,19 @@ void RoutedEngineImpl::StartHandoff(const std::shared_ptr<Routed>& r) {
     const int64_t ring = p.swa_window + p.swa_rollback;
     const int64_t len = static_cast<int64_t>(tokens.size());
     const int64_t l1 = len > ring ? (len - ring) / p.block_size * p.block_size : 0;
-    if (l1 > 0 && !p.key_extras.empty()) {
-      tokens.resize(static_cast<size_t>(l1));
-      keys = KeysFor(p, tokens);
-      swa_dir_[keys.back()] = {r->prefill_ep, SteadyMs() + 180'000};
+    if (!p.key_extras.empty()) {
+      // The fallback's SWA entry (at the decode's hit anchor) is on the prefill engine.
+      if (l1 > 0) {
+        std::vector<engine::TokenId> head(tokens.begin(), tokens.begin() + l1);
+        swa_dir_[KeysFor(p, head).back()] = {r->prefill_ep, SteadyMs() + 180'000};
+      }
+      // The decode engine needs every full block of the prompt (exact hand-off), or those up to
+      // L1 (the hit path).
+      const int64_t need = r->handoff_id.empty() ? l1 : static_cast<int64_t>(r->prompt.size()) / p.block_size * p.block_size;
+      if (need > 0) {
+        tokens.resize(static_cast<size_t>(need));
+        keys = KeysFor(p, tokens);
+      }
     }
     if (o_.store && !keys.empty()) {
       handoffs_waiting_.push_back({r, std::move(keys), SteadyMs() + o_.handoff_wait_ms});

@@ -33,6 +33,7 @@ struct RankView {
   // From the engine's last report.
   int reported_running = 0, reported_waiting = 0;
   int64_t kv_capacity = 0;
+  engine::Stats reported;  // the counters of its last report (LadleEngine engines)
 };
 
 struct Endpoint {
@@ -91,6 +92,7 @@ struct Routed {
   int64_t prefill_done_ms = 0;
   bool awaiting_first_decode = false;
   bool in_prefill_router = false;
+  std::string handoff_id;  // the prefill's exported state, to be taken by the decode engine
 };
 
 class RoutedEngineImpl;
@@ -99,8 +101,8 @@ class RoutedEngineImpl;
 class StreamCall final : public grpc::ClientReadReactor<pb::GenerateResponse>,
                          public std::enable_shared_from_this<StreamCall> {
  public:
-  StreamCall(RoutedEngineImpl* eng, std::shared_ptr<Routed> r, int ep, int rank, Stage stage)
-      : eng_(eng), r_(std::move(r)), ep_(ep), rank_(rank), stage_(stage) {}
+  StreamCall(RoutedEngineImpl* eng, std::shared_ptr<Routed> r, int ep, int rank, Stage stage);
+  ~StreamCall() override;
   grpc::ClientContext ctx;
   pb::GenerateRequest req;
   void Begin();
@@ -140,6 +142,12 @@ class RoutedEngineImpl final : public RoutedEngine {
   // From StreamCall (gRPC threads).
   void OnResponse(const std::shared_ptr<Routed>& r, StreamCall* call, const pb::GenerateResponse& m);
   void OnCallDone(const std::shared_ptr<Routed>& r, StreamCall* call, const grpc::Status& s);
+  // Every asynchronous RPC (poll or stream) from its start until its last callback has returned
+  // and dropped its state: Shutdown waits for none to be left, because a callback still to come
+  // would run on a destroyed engine, and gRPC's shared callback queue must not be released (the
+  // channels destroyed) while a call can still complete into it.
+  void RpcBegin();
+  void RpcEnd();
 
  private:
   // routed_engine_route.cc: the balancers over the current snapshot (under mu_).
@@ -192,6 +200,10 @@ class RoutedEngineImpl final : public RoutedEngine {
   };
   std::deque<Handoff> handoffs_waiting_;
   std::condition_variable cv_;
+  // RpcBegin/RpcEnd: a lock of their own, as calls are made and dropped under mu_.
+  std::mutex rpc_mu_;
+  std::condition_variable rpc_cv_;
+  int rpcs_in_flight_ = 0;
   std::thread poller_, handoff_thread_;
   std::unique_ptr<lb::PrefillRouter> prefill_router_;
   std::vector<int> prefill_eps_;  // router engine index -> endpoint index

@@ -40,6 +40,15 @@ std::pair<int, int> RoutedEngineImpl::Choose(Stage stage, const Routed& r, int a
     if (!e.alive || !e.known || !Serves(e.role, stage)) continue;
     for (size_t k = 0; k < e.ranks.size(); ++k) all.push_back({static_cast<int>(i), static_cast<int>(k), &e.ranks[k]});
   }
+  if (all.empty() && stage != Stage::kPrefill) {
+    // No decode engine alive: a prefill engine is a whole engine too, and takes the request
+    // rather than fail it (degraded, until a decode engine is back).
+    for (size_t i = 0; i < eps_.size(); ++i) {
+      const Endpoint& e = *eps_[i];
+      if (!e.alive || !e.known || e.role != EpRole::kPrefill) continue;
+      for (size_t k = 0; k < e.ranks.size(); ++k) all.push_back({static_cast<int>(i), static_cast<int>(k), &e.ranks[k]});
+    }
+  }
   if (all.empty()) return {-1, -1};
   // A re-routed request avoids the engine it left when any other can take it.
   if (avoid >= 0 && std::any_of(all.begin(), all.end(), [&](const Cand& c) { return c.ep != avoid; })) {
@@ -100,7 +109,12 @@ void RoutedEngineImpl::Uncharge(Routed& r) {
     v.requests -= 1;
     v.kv_tokens -= r.charged_tokens;
     v.quota_ns -= r.charged_quota;
-    if (v.requests <= 0) v = RankView{0, 0, 0, v.reported_running, v.reported_waiting, v.kv_capacity};
+    if (v.requests <= 0) {
+      // Idle: drop the float drift of the running sums, keep what the engine last reported.
+      v.requests = 0;
+      v.kv_tokens = 0;
+      v.quota_ns = 0;
+    }
   }
   r.ep = r.rank = -1;
   r.charged_tokens = 0;
@@ -129,6 +143,9 @@ void RoutedEngineImpl::PollLoop() {
 // GetLoads). No answer within dead_after_ms since the last one: the engine is dead.
 void RoutedEngineImpl::PollOne(int ep) {
   struct State {
+    explicit State(RoutedEngineImpl* eng) : eng(eng) { eng->RpcBegin(); }
+    ~State() { eng->RpcEnd(); }
+    RoutedEngineImpl* eng;
     grpc::ClientContext ctx;
     lrpc::GetInfoRequest info_req;
     lrpc::GetInfoResponse info;
@@ -139,7 +156,7 @@ void RoutedEngineImpl::PollOne(int ep) {
     pb::GetLoadsRequest loads_req;
     pb::GetLoadsResponse loads;
   };
-  auto st = std::make_shared<State>();
+  auto st = std::make_shared<State>(this);
   st->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o_.rpc_deadline_ms));
   Endpoint* e;
   bool known, ladle;
@@ -174,7 +191,7 @@ void RoutedEngineImpl::PollOne(int ep) {
     e->ladle->async()->GetInfo(&st->ctx, &st->info_req, &st->info, [this, st, e, failed, ep](grpc::Status s) {
       if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
         // Not a Ladle engine: an SMG-protocol worker (vLLM). Its role from kv_role.
-        auto st2 = std::make_shared<State>();
+        auto st2 = std::make_shared<State>(this);
         st2->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o_.rpc_deadline_ms));
         e->vllm->async()->GetServerInfo(&st2->ctx, &st2->si_req, &st2->si, [this, st2, e, failed](grpc::Status s2) {
           if (!s2.ok()) return failed(s2);
@@ -227,6 +244,19 @@ void RoutedEngineImpl::PollOne(int ep) {
           v.reported_running = q.running();
           v.reported_waiting = q.waiting();
           v.kv_capacity = q.kv_capacity_tokens();
+          engine::Stats& r = v.reported;
+          r.running = static_cast<size_t>(std::max(0, q.running()));
+          r.queue_depth = static_cast<size_t>(std::max(0, q.waiting()));
+          r.kv_blocks_used = static_cast<size_t>(std::max<int64_t>(0, q.kv_blocks_used()));
+          r.kv_blocks_total = static_cast<size_t>(std::max<int64_t>(0, q.kv_blocks_total()));
+          r.prefix_hit_tokens = q.prefix_hit_tokens();
+          r.prefix_hit_tokens_store = q.prefix_hit_tokens_store();
+          r.swa_hits = q.swa_hits();
+          r.swa_misses = q.swa_misses();
+          r.replayed_tokens = q.replayed_tokens();
+          r.handoff_exports = q.handoff_exports();
+          r.handoff_imports = q.handoff_imports();
+          r.handoff_fallbacks = q.handoff_fallbacks();
         }
         const int64_t now = SteadyMs();
         for (const lrpc::SwaRecord& rec : st->quota.swa()) {
@@ -314,8 +344,26 @@ void RoutedEngineImpl::HandoffLoop() {
 engine::Stats RoutedEngineImpl::GetStats() const {
   std::lock_guard lock(mu_);
   engine::Stats s;
+  // The engines' counters as last reported (live engines only: a dead one's KV is gone), and
+  // this entrypoint's own requests.
+  for (const auto& e : eps_) {
+    if (!e->alive) continue;
+    for (const RankView& v : e->ranks) {
+      const engine::Stats& r = v.reported;
+      s.kv_blocks_used += r.kv_blocks_used;
+      s.kv_blocks_total += r.kv_blocks_total;
+      s.prefix_hit_tokens += r.prefix_hit_tokens;
+      s.prefix_hit_tokens_store += r.prefix_hit_tokens_store;
+      s.swa_hits += r.swa_hits;
+      s.swa_misses += r.swa_misses;
+      s.replayed_tokens += r.replayed_tokens;
+      s.handoff_exports += r.handoff_exports;
+      s.handoff_imports += r.handoff_imports;
+      s.handoff_fallbacks += r.handoff_fallbacks;
+    }
+  }
   s.running = reqs_.size();
-  s.queue_depth = handoffs_waiting_.size();
+  s.queue_depth = handoffs_waiting_.size() + prefill_queued_.size();
   s.generated_tokens = generated_;
   return s;
 }
@@ -373,6 +421,22 @@ void RoutedEngineImpl::Shutdown() {
     for (auto& r : left) FailRequest(r, engine::FinishKind::kCancelled, "");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // Polls end at their deadline, streams at their cancel: wait for their last callbacks.
+  std::unique_lock lock(rpc_mu_);
+  if (!rpc_cv_.wait_for(lock, std::chrono::milliseconds(o_.rpc_deadline_ms + 5000), [&] { return rpcs_in_flight_ == 0; })) {
+    LADLE_LOG_ERROR("cluster.shutdown rpcs_in_flight={} (not finished in time)", rpcs_in_flight_);
+  }
+}
+
+void RoutedEngineImpl::RpcBegin() {
+  std::lock_guard lock(rpc_mu_);
+  ++rpcs_in_flight_;
+}
+
+void RoutedEngineImpl::RpcEnd() {
+  std::lock_guard lock(rpc_mu_);
+  LADLE_CHECK(rpcs_in_flight_ > 0);
+  if (--rpcs_in_flight_ == 0) rpc_cv_.notify_all();
 }
 
 }  // namespace ladle::cluster

@@ -1,10 +1,14 @@
 #include "rpc_convert.h"
 
 #include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cmath>
+#include <mutex>
 
 #include "ladle/json/json.h"
+#include "ladle_cluster.grpc.pb.h"
 
 namespace ladle::cluster {
 
@@ -27,6 +31,11 @@ std::string ExtrasToJson(const LadleExtras& e) {
       a.push_back(json::Value::MakeObject(std::move(o)));
     }
     l.emplace_back("swa_peers", json::Value::MakeArray(std::move(a)));
+  }
+  if (e.handoff_export) l.emplace_back("handoff_export", json::Value::Bool(true));
+  if (!e.handoff_id.empty()) {
+    l.emplace_back("handoff_peer", json::Value::String(e.handoff_peer));
+    l.emplace_back("handoff_id", json::Value::String(e.handoff_id));
   }
   json::Value::Object root;
   root.emplace_back("ladle", json::Value::MakeObject(std::move(l)));
@@ -54,6 +63,15 @@ Result<LadleExtras> ExtrasFromJson(std::string_view text) {
     }
   }
   if (const json::Value* f = l->Find("agent"); f && f->is_bool()) e.agent = f->as_bool();
+  if (const json::Value* f = l->Find("handoff_export"); f && f->is_bool()) e.handoff_export = f->as_bool();
+  if (const json::Value* f = l->Find("handoff_id")) {
+    const json::Value* peer = l->Find("handoff_peer");
+    if (!f->is_string() || peer == nullptr || !peer->is_string()) {
+      return InvalidArgument("ladle.handoff_id and ladle.handoff_peer must be strings");
+    }
+    e.handoff_id = f->as_string();
+    e.handoff_peer = peer->as_string();
+  }
   if (const json::Value* f = l->Find("swa_anchor_for_len")) {
     if (!f->is_number()) return InvalidArgument("ladle.swa_anchor_for_len must be a number");
     LADLE_ASSIGN_OR_RETURN(e.swa_anchor_for_len, f->as_int64());
@@ -175,6 +193,24 @@ void ReadLogprob(const pb::OutputLogProbs& lp, int i, engine::TokenEvent* t) {
       t->top_logprobs.emplace_back(tl.token_ids(j), tl.values(j));
     }
   }
+}
+
+namespace lrpc_pin = ::ladle::rpc;
+
+void PinGrpcCallbackQueue() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // A channel that is never destroyed, after one callback call (to nowhere, already past its
+    // deadline): the channel holds the shared queue from that call on. Leaked on purpose.
+    auto* channel = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel("unix:/nonexistent/ladle-grpc-pin", grpc::InsecureChannelCredentials()));
+    auto* stub = new lrpc_pin::LadleEngine::Stub(*channel);
+    auto* ctx = new grpc::ClientContext;
+    ctx->set_deadline(std::chrono::system_clock::now());
+    auto* req = new lrpc_pin::GetInfoRequest;
+    auto* resp = new lrpc_pin::GetInfoResponse;
+    stub->async()->GetInfo(ctx, req, resp, [](grpc::Status) {});
+  });
 }
 
 }  // namespace ladle::cluster

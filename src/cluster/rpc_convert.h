@@ -27,6 +27,10 @@ struct LadleExtras {
   bool agent = false;
   int64_t swa_anchor_for_len = 0;
   std::vector<SwaPeer> swa_peers;
+  // PD hand-off: the prefill exports its state (request side), which the decode engine takes
+  // from handoff_peer under handoff_id (decode side).
+  bool handoff_export = false;
+  std::string handoff_peer, handoff_id;
 };
 std::string ExtrasToJson(const LadleExtras& e);
 // Absent or without a "ladle" object: empty extras. Malformed: InvalidArgument.
@@ -45,5 +49,13 @@ engine::FinishKind FinishFromProto(const pb::GenerateComplete& c);
 // Logprobs of one token into the protocol's parallel arrays, and back.
 void AppendLogprob(const engine::TokenEvent& t, bool top, pb::OutputLogProbs* out);
 void ReadLogprob(const pb::OutputLogProbs& lp, int i, engine::TokenEvent* t);
+
+// gRPC 1.51 (Debian 12) runs callback RPCs on one shared completion queue with its own
+// threads, created when its first user (a server or a channel's first callback call) appears and
+// destroyed when the last one goes. Destroyed and created again, a thread of the old queue can
+// still be inside it: the process aborts in grpc_cq_internal_unref (seen when a test stops its
+// last engine and starts another). Once per process this takes a reference that is never
+// released, so the queue lives as long as the process. Called before any server or channel.
+void PinGrpcCallbackQueue();
 
 }  // namespace ladle::cluster

@@ -60,7 +60,7 @@ status=0
 node "$here/e2e.mjs" "http://127.0.0.1:$main_port" "http://127.0.0.1:$small_port" "$key" 5 32 || status=1
 
 # The kill test's client sends no key: a keyless cluster.
-cluster_keys="" start_cluster kill --prefill 1 --decode 1 --max-queue 512 --max-running 64 --kv-blocks 512 --dead-after-ms 1000
+cluster_keys="" start_cluster kill --prefill 1 --decode 2 --max-queue 512 --max-running 64 --kv-blocks 512 --dead-after-ms 1000
 kill_port="$port"; kill_pid="${pids[2]}"
 python3 "$here/cluster_kill.py" "$kill_port" "$work/kill.ready" "$streams" "$max_tokens" decode-0 || status=1
 

@@ -352,7 +352,9 @@ await check('client abort mid-stream cancels and frees KV blocks (/metrics)', as
   try {
     for await (const _ of stream) {
       if (++n === 3) {
-        during = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+        // Behind an entrypoint the engines' counts arrive with their load reports (every
+        // poll interval): wait (bounded) for the stream's blocks to show.
+        await waitFor(async () => (during = (await metrics(mainUrl)).get('ladle_kv_blocks_used')) > before, 5000);
         ctrl.abort();
       }
     }
@@ -373,7 +375,7 @@ await check('Anthropic client abort mid-stream also frees KV blocks', async () =
   try {
     for await (const ev of stream) {
       if (ev.type === 'content_block_delta' && ++n === 3) {
-        during = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+        await waitFor(async () => (during = (await metrics(mainUrl)).get('ladle_kv_blocks_used')) > before, 5000);
         stream.abort();
       }
     }

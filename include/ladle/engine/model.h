@@ -177,11 +177,6 @@ class Model {
   // `weights_dir` empty: the built-in seeded initialisation (no file needed). Otherwise a
   // folder with config.json and *.safetensors (mmap).
   static Result<std::unique_ptr<Model>> Create(const ModelConfig& config, const std::string& weights_dir);
-  // Chunk-invariant kernels, process-wide (off by default): every projection row is computed
-  // by the GEMV a lone row gets, so a prompt's logits are bit-identical however it is chunked,
-  // prefilled, decoded, replayed from a prefix hit or handed from a prefill to a decode engine
-  // (at the cost of prefill speed: docs/model.md, "Batch invariance").
-  static void SetChunkInvariant(bool on);
 
   virtual const ModelConfig& config() const = 0;
   // nullptr when the memory cannot be allocated.

@@ -3,7 +3,6 @@
 #include <cblas.h>
 #include <dlfcn.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -72,25 +71,8 @@ void Sgemv(int rows, int cols, const float* a, const float* x, float* y) {
   GetBlas().sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, a, cols, x, 1, 0.0f, y, 1);
 }
 
-namespace {
-std::atomic<bool> g_row_invariant{false};
-}  // namespace
-
-void SetRowInvariantLinear(bool on) { g_row_invariant.store(on, std::memory_order_relaxed); }
-bool RowInvariantLinear() { return g_row_invariant.load(std::memory_order_relaxed); }
-
 void Linear(const float* x, int n, int in, const float* w, int out, float* y) {
   const Blas& b = GetBlas();
-  if (n > 1 && RowInvariantLinear()) {
-    // Every row by the same GEMV a lone row gets: its bits do not depend on how many rows
-    // share the call (sgemm's do), so a prompt gives the same logits however it is chunked,
-    // prefilled or decoded.
-    for (int r = 0; r < n; ++r) {
-      b.sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x + static_cast<size_t>(r) * in, 1, 0.0f,
-              y + static_cast<size_t>(r) * out, 1);
-    }
-    return;
-  }
   if (n == 1) {
     // One row: GEMV reads W once without packing it (decode is bandwidth bound).
     b.sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);

@@ -49,9 +49,6 @@ void Sgemv(int rows, int cols, const float* a, const float* x, float* y);  // y 
 
 // y[n×out] = x[n×in] · W[out×in]ᵀ (W row-major, as safetensors stores nn.Linear).
 void Linear(const float* x, int n, int in, const float* w, int out, float* y);
-// Process-wide (Model::SetChunkInvariant): Linear computes every row as a GEMV.
-void SetRowInvariantLinear(bool on);
-bool RowInvariantLinear();
 
 // out[n×dim] = x / rms(x) * weight, row by row.
 void RmsNorm(const float* x, int n, int dim, const float* weight, float eps, float* out);

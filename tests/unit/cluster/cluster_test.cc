@@ -287,10 +287,10 @@ TEST_F(Cluster, RunningRequestResumesOnAnotherEngine) {
   routed->Shutdown();
 }
 
-// PD: prefill on one engine, decode on another, through a shared store. The decode engine
-// finds the prefill's blocks in the store and its SWA entry at its hit anchor on the prefill
-// engine.
-TEST_F(Cluster, PrefillThenDecodeThroughTheStore) {
+// PD: prefill on one engine, decode on another. The full blocks go through the shared store,
+// the rest of the prefill's state (rings, partial block, sampler) engine to engine: the output is
+// bit-identical to one engine doing the whole request.
+TEST_F(Cluster, PrefillThenDecodeIsExact) {
   engine::testing::TempDir dir("cluster-pd");
   auto store = kvcache::KvStore::Open("fs:" + dir.path, kvcache::StoreOptions{});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -300,22 +300,74 @@ TEST_F(Cluster, PrefillThenDecodeThroughTheStore) {
   auto routed = Route({p.addr, d.addr}, shared);
   WaitAlive(*routed, 2);
   auto local = MakeEngine(Ec());
-  const auto prompt = PatternPrompt(700, 5);
-  Sink a, b;
-  ASSERT_TRUE(local->Submit({prompt, Greedy(12), nullptr}, a.Fn()).ok());
-  ASSERT_TRUE(routed->Submit({prompt, Greedy(12), nullptr}, b.Fn()).ok());
-  ASSERT_TRUE(a.Wait());
-  ASSERT_TRUE(b.Wait());
-  EXPECT_EQ(b.error, "");
-  ASSERT_EQ(b.tokens[0].size(), 12u);
-  EXPECT_EQ(b.tokens[0][0], a.tokens[0][0]) << "the prefill engine's first token";
+  int handoffs = 0;
+  for (int len : {40, 128, 300, 700}) {
+    const auto prompt = PatternPrompt(len, 100 + len);  // no prefix shared between lengths
+    Sink a, b;
+    ASSERT_TRUE(local->Submit({prompt, Greedy(12), nullptr}, a.Fn()).ok());
+    ASSERT_TRUE(routed->Submit({prompt, Greedy(12), nullptr}, b.Fn()).ok());
+    ASSERT_TRUE(a.Wait());
+    ASSERT_TRUE(b.Wait());
+    ++handoffs;
+    EXPECT_EQ(b.error, "");
+    EXPECT_EQ(a.tokens, b.tokens) << "len " << len;
+    EXPECT_EQ(a.logprobs, b.logprobs) << "len " << len;
+  }
   const auto cs = routed->GetClusterStats();
-  EXPECT_EQ(cs.handoffs, 1u);
-  ASSERT_EQ(cs.handoff_ms.size(), 1u);
-  const engine::Stats ds = d.eng->GetStats();
+  EXPECT_EQ(cs.handoffs, static_cast<uint64_t>(handoffs));
+  EXPECT_EQ(cs.handoff_ms.size(), static_cast<size_t>(handoffs));
+  EXPECT_EQ(cs.handoff_store_waits_timed_out, 0u);
+  const engine::Stats ps = p.eng->GetStats(), ds = d.eng->GetStats();
+  EXPECT_EQ(ps.handoff_exports, static_cast<uint64_t>(handoffs));
+  EXPECT_EQ(ds.handoff_imports, static_cast<uint64_t>(handoffs)) << "every decode continued from the export";
+  EXPECT_EQ(ds.handoff_fallbacks, 0u);
   EXPECT_GT(ds.prefix_hit_tokens_store, 0u) << "the decode engine reads the prefill's blocks from the store";
-  EXPECT_EQ(ds.swa_hits, 1u) << "and restores the SWA entry fetched from the prefill engine";
-  EXPECT_EQ(ds.replayed_tokens, 0u);
+  local->Shutdown();
+  routed->Shutdown();
+}
+
+// The next turn of a conversation: its prefill engine has no SWA entry of its own for the
+// prefix (the decode engine made it at the end of turn 1), so it fetches it from the decode
+// engine, named by the entrypoint's directory, and skips the whole prefix exactly.
+TEST_F(Cluster, NextTurnFetchesTheSwaEntryFromTheDecodeEngine) {
+  engine::testing::TempDir dir("cluster-turn");
+  auto store = kvcache::KvStore::Open("fs:" + dir.path, kvcache::StoreOptions{});
+  ASSERT_TRUE(store.ok());
+  std::shared_ptr<kvcache::KvStore> shared(std::move(store).value());
+  Node p(Role::kPrefill, "prefill-0", shared);
+  Node d(Role::kDecode, "decode-0", shared);
+  auto routed = Route({p.addr, d.addr}, shared);
+  WaitAlive(*routed, 2);
+  auto local = MakeEngine(Ec());
+  auto turn1 = PatternPrompt(300, 7);
+  Sink a1, b1;
+  ASSERT_TRUE(local->Submit({turn1, Greedy(200), nullptr}, a1.Fn()).ok());
+  ASSERT_TRUE(routed->Submit({turn1, Greedy(200), nullptr}, b1.Fn()).ok());
+  ASSERT_TRUE(a1.Wait());
+  ASSERT_TRUE(b1.Wait());
+  ASSERT_EQ(a1.tokens, b1.tokens);
+  // Turn 2: the prompt, the answer, a new question.
+  auto turn2 = turn1;
+  turn2.insert(turn2.end(), b1.tokens[0].begin(), b1.tokens[0].end());
+  const auto q = PatternPrompt(60, 8);
+  turn2.insert(turn2.end(), q.begin(), q.end());
+  // The decode engine's end-of-request entry reaches the entrypoint's directory with a report
+  // (polled every poll_ms; 10 s deadline), next to the prefill's entry at turn 1's hit anchor.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (routed->GetClusterStats().swa_directory_entries < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(routed->GetClusterStats().swa_directory_entries, 2u);
+  Sink a2, b2;
+  ASSERT_TRUE(local->Submit({turn2, Greedy(12), nullptr}, a2.Fn()).ok());
+  ASSERT_TRUE(routed->Submit({turn2, Greedy(12), nullptr}, b2.Fn()).ok());
+  ASSERT_TRUE(a2.Wait());
+  ASSERT_TRUE(b2.Wait());
+  EXPECT_EQ(a2.tokens, b2.tokens);
+  EXPECT_EQ(a2.logprobs, b2.logprobs);
+  const engine::Stats ps = p.eng->GetStats();
+  EXPECT_GE(ps.swa_hits, 1u) << "the prefill engine restored the entry it fetched";
+  EXPECT_EQ(ps.replayed_tokens, 0u);
   local->Shutdown();
   routed->Shutdown();
 }
