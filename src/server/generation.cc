@@ -129,18 +129,47 @@ void Generation::Emit(int index, std::vector<Event> events, std::string* bytes) 
   std::vector<Event> filtered;
   for (auto& e : events) s.filter->Push(std::move(e), &filtered);
   for (auto& e : filtered) {
-    if (const int track = TrackOf(e.kind); tok_ && track >= 0) {
-      // The tokens whose text starts before what has now gone out ride on this event.
-      TextTrack& t = s.tracks[track];
-      t.out += static_cast<int64_t>(e.text.size());
-      while (!t.pending.empty() && t.pending.front().start < t.out) {
-        e.logprobs.push_back(std::move(t.pending.front().logprob));
-        t.pending.pop_front();
+    if (s.leading && e.kind == Event::Kind::kContent) {
+      if (e.text.find_first_not_of(" \t\r\n") == std::string::npos) {
+        s.held.push_back(std::move(e));
+        continue;
       }
+      s.leading = false;
+    } else if (s.leading && e.kind == Event::Kind::kToolCallStart) {
+      // Whitespace before a tool call is no answer: its text (and the tokens that made it)
+      // goes nowhere, as tool-call syntax does.
+      s.leading = false;
+      for (const Event& h : s.held) {
+        TextTrack& t = s.tracks[TrackOf(h.kind)];
+        t.out += static_cast<int64_t>(h.text.size());
+        while (!t.pending.empty() && t.pending.front().start < t.out) t.pending.pop_front();
+      }
+      s.held.clear();
+    } else if (s.leading && e.kind != Event::Kind::kReasoning) {
+      s.leading = false;  // the finish (or the end of a call): what was held is the answer
     }
-    if (e.kind == Event::Kind::kFinish && index == 0) finish_name_ = frontend::FinishReasonName(e.finish);
-    writer_->AppendEvent(e, index, bytes);
+    if (!s.leading && !s.held.empty()) {
+      std::vector<Event> held = std::move(s.held);
+      s.held.clear();
+      for (auto& h : held) Send(index, std::move(h), bytes);
+    }
+    Send(index, std::move(e), bytes);
   }
+}
+
+void Generation::Send(int index, Event e, std::string* bytes) {
+  Sample& s = samples_[index];
+  if (const int track = TrackOf(e.kind); tok_ && track >= 0) {
+    // The tokens whose text starts before what has now gone out ride on this event.
+    TextTrack& t = s.tracks[track];
+    t.out += static_cast<int64_t>(e.text.size());
+    while (!t.pending.empty() && t.pending.front().start < t.out) {
+      e.logprobs.push_back(std::move(t.pending.front().logprob));
+      t.pending.pop_front();
+    }
+  }
+  if (e.kind == Event::Kind::kFinish && index == 0) finish_name_ = frontend::FinishReasonName(e.finish);
+  writer_->AppendEvent(e, index, bytes);
 }
 
 void Generation::FinishSample(int index, FinishReason reason, const std::string& text, std::string* bytes) {

@@ -74,10 +74,17 @@ class Generation {
     TextTrack tracks[2];
     std::string utf8_tail;
     int tail_track = 1;
+    // An answer that is only whitespace so far is held back: dropped when a tool call follows
+    // (models write a blank line before a DSML block; a client must not see it as the answer),
+    // sent as it was when text or the finish follows.
+    bool leading = true;
+    std::vector<frontend::Event> held;
   };
   Generation() = default;
   void Begin(std::string* bytes);
   void Emit(int index, std::vector<frontend::Event> events, std::string* bytes);
+  // One event past the stop filter to the writer, with the logprobs that ride on it.
+  void Send(int index, frontend::Event e, std::string* bytes);
   void FinishSample(int index, frontend::FinishReason reason, const std::string& text, std::string* bytes);
   // Logprobs: feeds `ids` one at a time, queueing each token's logprob on its track.
   std::vector<frontend::Event> PushWithLogprobs(Sample& s, const engine::Output& out, size_t begin, size_t end);

@@ -131,6 +131,43 @@ TEST_F(GenerationLogprobs, ReasoningTokensComeFirstAndMarkersAreNotReported) {
   EXPECT_EQ(values[reasoning], -0.25 * static_cast<double>(reasoning + 2));  // after </think>
 }
 
+// A blank line before a DSML tool call (models write one; a forced call's grammar allows it)
+// is no answer: the message has no content, the call is intact, and the blank line's tokens
+// ride on no event. Whitespace that is the whole answer, or leads real text, is kept.
+TEST_F(GenerationLogprobs, WhitespaceBeforeAToolCallIsNotContent) {
+  const std::string call =
+      "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+      "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+      "</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+  const auto& special = frontend::SpecialTokensFor(ModelVersion::kV32);
+  for (size_t chunk : {1, 3, 100}) {
+    std::vector<tokenizer::TokenId> ids = Encode("\n\n");
+    for (auto id : tok_->EncodeTrusted(call)) ids.push_back(id);
+    ids.push_back(special.eos);
+    json::Value body = Run(ids, false, {}, 0, chunk);
+    const json::Value& msg = *Choice(body).Find("message");
+    const json::Value* content = msg.Find("content");
+    EXPECT_TRUE(content == nullptr || content->is_null() || content->as_string().empty())
+        << "chunk " << chunk << ": " << json::Dump(body);
+    const json::Value* calls = msg.Find("tool_calls");
+    ASSERT_TRUE(calls && calls->is_array()) << json::Dump(body);
+    ASSERT_EQ(calls->as_array().size(), 1u);
+    EXPECT_EQ(calls->as_array()[0].Find("function")->Find("name")->as_string(), "get_weather");
+    EXPECT_EQ(Choice(body).Find("finish_reason")->as_string(), "tool_calls");
+    EXPECT_TRUE(Choice(body).Find("logprobs")->Find("content")->as_array().empty()) << json::Dump(body);
+  }
+  // Text before the call keeps its whitespace; a whitespace-only answer is the answer.
+  std::vector<tokenizer::TokenId> ids = Encode("\n\nLet me check.\n\n");
+  for (auto id : tok_->EncodeTrusted(call)) ids.push_back(id);
+  ids.push_back(special.eos);
+  EXPECT_EQ(Choice(Run(ids, false, {}, 0)).Find("message")->Find("content")->as_string(), "\n\nLet me check.\n\n");
+  ids = Encode("\n\n");
+  ids.push_back(special.eos);
+  json::Value ws = Run(ids, false, {}, 0);
+  EXPECT_EQ(Choice(ws).Find("message")->Find("content")->as_string(), "\n\n");
+  EXPECT_EQ(JoinedTokens(*Choice(ws).Find("logprobs")->Find("content")), "\n\n");
+}
+
 class LogprobsServerTest : public ServerFixture {};
 
 TEST_F(LogprobsServerTest, ChatStreamAndBody) {

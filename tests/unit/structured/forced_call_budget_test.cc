@@ -140,8 +140,9 @@ void CheckBudgets(ModelVersion v, const std::vector<Tool>& tools, const ToolChoi
                   << "\n";
       }
       const Parsed p = Parse(v, false, r.ids, true);
-      // Not fixed yet: the grammar still admits the "\n\n" models write before a DSML block,
-      // which the parser returns as whitespace-only content. No other text may appear.
+      // The grammar admits the "\n\n" models write before a DSML block, which the parser
+      // returns as whitespace-only content; the server's Generation drops it before a call
+      // (GenerationLogprobs.WhitespaceBeforeAToolCallIsNotContent). No other text may appear.
       EXPECT_EQ(p.content.find_first_not_of(" \n"), std::string::npos) << "text before the forced call";
       EXPECT_FALSE(p.malformed) << Text(*c, r.ids);
       EXPECT_EQ(p.finish, frontend::FinishReason::kToolCalls) << Text(*c, r.ids);
