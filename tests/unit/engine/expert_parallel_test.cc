@@ -339,6 +339,7 @@ TEST(ExpertParallelEngine, ThirtyTwoStreamsWhilePlacementsChangeGiveTheSameGreed
   Stats s = ep->GetStats();
   EXPECT_TRUE(s.expert_parallel);
   EXPECT_GT(s.ep.rearrangements, 1u) << "placements must change while the streams run";
+  EXPECT_GT(s.ep.bytes_moved + s.ep.bytes_copied_local, 0u) << "a switched-in placement must have moved weights";
   EXPECT_GT(s.ep.steps, 12u);
 }
 
