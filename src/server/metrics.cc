@@ -142,6 +142,12 @@ std::string Metrics::Render(const engine::Stats& stats) {
         stats.swa_hits);
   gauge("ladle_swa_misses_total", "counter", "Prefix hits without an SWA entry (the last window replayed).", stats.swa_misses);
   gauge("ladle_replayed_tokens_total", "counter", "Prompt tokens recomputed only to rebuild the SWA ring.", stats.replayed_tokens);
+  gauge("ladle_handoff_exports_total", "counter", "PD hand-off: prefilled requests whose state was exported.",
+        stats.handoff_exports);
+  gauge("ladle_handoff_imports_total", "counter", "PD hand-off: requests continued from an exported state.",
+        stats.handoff_imports);
+  gauge("ladle_handoff_fallbacks_total", "counter",
+        "PD hand-off: states that were missing or did not fit (the request took the hit policy).", stats.handoff_fallbacks);
   gauge("ladle_swa_pool_entries", "gauge", "SWA KVCache entries in the host pool.", stats.swa_pool_entries);
   gauge("ladle_swa_pool_bytes", "gauge", "Bytes of SWA KVCache entries in the host pool.", stats.swa_pool_bytes);
   gauge("ladle_swa_pool_stored_total", "counter", "SWA KVCache entries stored.", stats.swa_pool_stored);

@@ -48,6 +48,21 @@ async function waitFor(cond, ms = 10000) {
   return cond();
 }
 
+// A gauge once it holds still: behind an entrypoint the engines' counts arrive with their load
+// reports (every 100 ms), so a value read just after other requests ended can be stale. Two
+// reads 300 ms apart that agree, within `ms`.
+async function settled(url, name, ms = 10000) {
+  const until = Date.now() + ms;
+  let a = (await metrics(url)).get(name);
+  while (Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 300));
+    const b = (await metrics(url)).get(name);
+    if (b === a) return b;
+    a = b;
+  }
+  return a;
+}
+
 async function expectError(promise, status, check) {
   try {
     await promise;
@@ -344,7 +359,7 @@ await check('full queue: 429 (OpenAI) / 529 (Anthropic) with Retry-After', async
 
 // ---- Cancellation frees the KV ----
 await check('client abort mid-stream cancels and frees KV blocks (/metrics)', async () => {
-  const before = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+  const before = await settled(mainUrl, 'ladle_kv_blocks_used');
   const ctrl = new AbortController();
   const stream = await oa.chat.completions.create(
     { model: MODEL, messages: user, max_tokens: 4000, stream: true }, { signal: ctrl.signal });
@@ -369,7 +384,7 @@ await check('client abort mid-stream cancels and frees KV blocks (/metrics)', as
 });
 
 await check('Anthropic client abort mid-stream also frees KV blocks', async () => {
-  const before = (await metrics(mainUrl)).get('ladle_kv_blocks_used');
+  const before = await settled(mainUrl, 'ladle_kv_blocks_used');
   const stream = an.messages.stream({ model: MODEL, max_tokens: 4000, messages: user });
   let n = 0, during = NaN;
   try {

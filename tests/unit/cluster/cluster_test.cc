@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <iostream>
 #include <mutex>
 #include <thread>
 
@@ -316,6 +317,10 @@ TEST_F(Cluster, PrefillThenDecodeIsExact) {
   const auto cs = routed->GetClusterStats();
   EXPECT_EQ(cs.handoffs, static_cast<uint64_t>(handoffs));
   EXPECT_EQ(cs.handoff_ms.size(), static_cast<size_t>(handoffs));
+  // The figure docs/cluster.md quotes: prefill's last token to the decode engine's first.
+  std::cout << "hand-off ms (prefill done -> first decode token), in prompt order:";
+  for (double ms : cs.handoff_ms) std::cout << " " << ms;
+  std::cout << "\n";
   EXPECT_EQ(cs.handoff_store_waits_timed_out, 0u);
   const engine::Stats ps = p.eng->GetStats(), ds = d.eng->GetStats();
   EXPECT_EQ(ps.handoff_exports, static_cast<uint64_t>(handoffs));
