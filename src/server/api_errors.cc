@@ -18,6 +18,7 @@ std::string TypeFor(Api api, int http) {
       case 429: return "rate_limit_error";
       case 503:
       case 529: return "overloaded_error";
+      case 504: return "timeout_error";
       default: return http < 500 ? "invalid_request_error" : "api_error";
     }
   }

@@ -198,7 +198,8 @@ void Session::Handle(Request req) {
     Respond(200, "application/json", R"({"status":"ok"})", rid, keep_alive, "other");
   } else if (path == "/ready" && get) {
     if (server_.draining()) {
-      Respond(503, "application/json", R"({"status":"draining"})", rid, false, "other");
+      Respond(HttpStatusFor(StatusCode::kUnavailable), "application/json", R"({"status":"draining"})", rid, false,
+              "other");
     } else {
       Respond(200, "application/json", R"({"status":"ready"})", rid, keep_alive, "other");
     }

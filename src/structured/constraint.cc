@@ -119,11 +119,21 @@ json::Value ToolPayload(const frontend::Request& req) {
   return json::Value::MakeObject(std::move(root));
 }
 
+// The request field that carried the format, in the API's own names (Messages: the native
+// structured-output field; its older beta spelling `output_format` maps to the same place).
 std::string ParamForSchema(frontend::Api api) {
-  return api == frontend::Api::kResponses ? "text.format.schema" : "response_format.json_schema.schema";
+  switch (api) {
+    case frontend::Api::kResponses: return "text.format.schema";
+    case frontend::Api::kMessages: return "output_config.format.schema";
+    default: return "response_format.json_schema.schema";
+  }
 }
 std::string ParamForFormat(frontend::Api api) {
-  return api == frontend::Api::kResponses ? "text.format" : "response_format";
+  switch (api) {
+    case frontend::Api::kResponses: return "text.format";
+    case frontend::Api::kMessages: return "output_config.format";
+    default: return "response_format";
+  }
 }
 
 }  // namespace

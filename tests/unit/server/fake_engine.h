@@ -2,7 +2,8 @@
 // one token per sample per tick, on the fake's own thread (as the real engine delivers on its
 // thread). Finishes with kLength at max_tokens or kEos at the script's end; Cancel finishes
 // with kCancelled on the next tick. Counts what it saw so tests can assert on it. With
-// top_logprobs >= 0 each token carries deterministic logprobs (see Loop).
+// top_logprobs >= 0 each token carries deterministic logprobs (see Loop). HoldOutputs(true)
+// stands in for a long prefill: requests are accepted but produce nothing until released.
 #pragma once
 
 #include <atomic>
@@ -62,6 +63,16 @@ class FakeEngine : public engine::Engine {
     stop_ = true;
   }
 
+  // While held, accepted requests emit no tokens (no first token exists yet); cancelled ones
+  // and a shutdown still finish them, so a held engine never blocks teardown.
+  void HoldOutputs(bool hold) {
+    std::lock_guard lock(mu_);
+    hold_ = hold;
+  }
+  uint64_t generated() const {
+    std::lock_guard lock(mu_);
+    return generated_;
+  }
   int cancelled() const { return cancelled_.load(); }
   int submitted() const {
     std::lock_guard lock(mu_);
@@ -98,6 +109,10 @@ class FakeEngine : public engine::Engine {
         if (stop_ && jobs_.empty()) return;
         for (auto it = jobs_.begin(); it != jobs_.end();) {
           Job& j = it->second;
+          if (hold_ && !j.cancelled && !stop_) {
+            ++it;
+            continue;
+          }
           bool all_done = true;
           for (size_t i = 0; i < j.emitted.size(); ++i) {
             if (j.done[i]) continue;
@@ -153,6 +168,7 @@ class FakeEngine : public engine::Engine {
   std::map<engine::RequestId, Job> jobs_;
   engine::RequestId next_id_ = 0;
   bool stop_ = false;
+  bool hold_ = false;
   int submitted_ = 0;
   uint64_t generated_ = 0;
   std::atomic<int> cancelled_{0};
