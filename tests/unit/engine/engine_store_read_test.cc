@@ -3,18 +3,24 @@
 // restart), with the exact replay giving the cold run's tokens bit for bit and the bounded
 // replay measured against it; an ec:10+2 store that lost 2 domains still serves, one that lost
 // 3 recomputes with the same output; a fetch past its deadline falls back to recompute and a
-// late completion is harmless; other requests pass one that is loading.
+// late completion is harmless; other requests pass one that is loading; a block lost in the
+// middle of the chain (a per-key miss, or a Get that misses the deadline) keeps only the
+// contiguous prefix before it.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 
 #include "engine_test_util.h"
 #include "ladle/engine/engine_config.h"
+#include "ladle/engine/kv_hit_policy.h"
 #include "ladle/engine/model.h"
 #include "ladle/kvcache/fetcher.h"
 #include "ladle/kvcache/fetcher_store.h"
@@ -69,6 +75,88 @@ class StallingStore final : public kvcache::KvStore {
   std::vector<std::function<void()>> held_;
 };
 
+// Delegates to a real store, but one block in the middle of the chain is lost: the key at chain
+// position `hole` of the first Match (the engine matches the whole chain it lacks before any
+// Get). kMiss: the Get that asks for it reports that key as a miss (kNotFound) and its buffer
+// holds noise, the other keys of the same Get are served; kWithhold: the completion of the Get
+// that asks for it is held until Release (never within the deadline), the other Gets complete.
+class HoleStore final : public kvcache::KvStore {
+ public:
+  enum class Mode { kMiss, kWithhold };
+  HoleStore(std::shared_ptr<kvcache::KvStore> inner, size_t hole, Mode mode)
+      : inner_(std::move(inner)), hole_(hole), mode_(mode) {}
+  void Match(std::span<const kvcache::BlockKey> keys, MatchDone done) override {
+    {
+      std::lock_guard lk(mu_);
+      if (!hole_key_ && keys.size() > hole_) hole_key_ = keys[hole_];
+    }
+    inner_->Match(keys, std::move(done));
+  }
+  void Get(std::span<const kvcache::BlockKey> keys, std::span<const kvcache::MutableBuffer> buffers,
+           GetDone done) override {
+    std::optional<size_t> at;
+    {
+      std::lock_guard lk(mu_);
+      for (size_t i = 0; hole_key_ && i < keys.size(); ++i) {
+        if (keys[i] == *hole_key_) at = i;
+      }
+      if (at) ++hole_gets_;
+    }
+    if (!at) {
+      inner_->Get(keys, buffers, std::move(done));
+      return;
+    }
+    // The buffers span is the caller's and may not outlive this call; the bytes it names do.
+    const kvcache::MutableBuffer hb = buffers[*at];
+    if (mode_ == Mode::kMiss) {
+      inner_->Get(keys, buffers, [at = *at, hb, done = std::move(done)](std::vector<Result<size_t>> r) mutable {
+        std::memset(hb.data, 0x5a, hb.capacity);  // what a use of the lost block would read
+        r[at] = Status(StatusCode::kNotFound, "hole");
+        done(std::move(r));
+      });
+      return;
+    }
+    inner_->Get(keys, buffers, [this, done = std::move(done)](std::vector<Result<size_t>> r) mutable {
+      std::lock_guard lk(mu_);
+      held_.emplace_back([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+    });
+  }
+  void Put(std::span<const kvcache::BlockKey> keys, std::span<const std::span<const uint8_t>> values,
+           kvcache::TrafficClass cls, PutDone done, std::optional<kvcache::BlockKey> parent) override {
+    inner_->Put(keys, values, cls, std::move(done), parent);
+  }
+  void Delete(std::span<const kvcache::BlockKey> keys, DeleteDone done) override { inner_->Delete(keys, std::move(done)); }
+  kvcache::StoreStat Stat() override { return inner_->Stat(); }
+  Result<uint64_t> RunGcOnce() override { return inner_->RunGcOnce(); }
+  Result<FsckReport> Fsck() override { return inner_->Fsck(); }
+  // Gets that asked for the hole, and completions held.
+  size_t HoleGets() {
+    std::lock_guard lk(mu_);
+    return hole_gets_;
+  }
+  size_t Held() {
+    std::lock_guard lk(mu_);
+    return held_.size();
+  }
+  void Release() {
+    std::vector<std::function<void()>> h;
+    {
+      std::lock_guard lk(mu_);
+      h.swap(held_);
+    }
+    for (auto& f : h) f();
+  }
+
+ private:
+  std::shared_ptr<kvcache::KvStore> inner_;
+  const size_t hole_;
+  const Mode mode_;
+  std::mutex mu_;
+  std::optional<kvcache::BlockKey> hole_key_;
+  size_t hole_gets_ = 0;
+  std::vector<std::function<void()>> held_;
+};
+
 class EngineStoreRead : public ::testing::Test {
  protected:
   void SetUp() override { LADLE_REQUIRE_ENGINE_TOKENIZER(); }
@@ -79,7 +167,8 @@ class EngineStoreRead : public ::testing::Test {
     return mc;
   }
 
-  std::unique_ptr<Engine> Make(std::shared_ptr<kvcache::KvStore> store, bool exact, int64_t deadline_ms = 2000) {
+  std::unique_ptr<Engine> Make(std::shared_ptr<kvcache::KvStore> store, bool exact, int64_t deadline_ms = 2000,
+                               const std::function<void(EngineConfig&)>& tweak = nullptr) {
     auto m = Model::Create(Mc(), "");
     EXPECT_TRUE(m.ok());
     EngineConfig c;
@@ -91,6 +180,7 @@ class EngineStoreRead : public ::testing::Test {
     c.exact_replay = exact;
     c.kv_fetch_deadline_base_ms = deadline_ms;
     c.kv_fetch_deadline_per_block_ms = 0;
+    if (tweak) tweak(c);
     auto e = CreateEngine(c, std::move(m).value(), *testing::EngineTokenizer());
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? std::move(e).value() : nullptr;
@@ -262,6 +352,107 @@ TEST_F(EngineStoreRead, AStalledFetchHitsItsDeadlineRecomputesAndLetsOthersPass)
   e->Shutdown();
   e.reset();
   stalling->Release();  // the late completions find no engine: nothing breaks
+}
+
+// A prompt of 6 hit blocks and a tail (950 tokens: the L − 134 cap is 816, 6 whole blocks) whose
+// block 2 is lost between Match (which says all 6 are there) and Get: the Get of chunk 0 (blocks
+// 0-3, kv_fetch_chunk_blocks 4) reports block 2 as a miss and serves 0, 1 and 3; chunk 1 (4, 5)
+// arrives whole. Only blocks 0 and 1 may be installed, the rest recomputes.
+//
+// Why this fails if the engine used anything at or after the hole: the pool's prefix match (and
+// so `cached`, prefix_hit_tokens and prefix_hit_tokens_store) stops at the first block not in the
+// pool, so installing 3-5 around the missing 2 shows only in kv_store_fetch_blocks (blocks
+// installed: 5, not 2); taking block 2's buffer as if it had arrived (ignoring its per-key
+// status) makes `cached` 6 blocks, and since its buffer holds noise and exact replay reads the
+// reused blocks' global KV, the tokens differ from the cold run's too. (Checked by mutating
+// InstallFetched's contiguous-prefix loop both ways, then reverting: installing every block
+// that arrived fails the kv_store_fetch_blocks checks; ignoring per-key status fails cached,
+// tokens and every counter.)
+TEST_F(EngineStoreRead, ABlockMissingMidChainKeepsOnlyTheContiguousPrefixBeforeIt) {
+  Dir d;
+  const std::string uri = "fs:" + d.path;
+  constexpr int kLen = 950;
+  constexpr size_t kHole = 2;
+  const auto prompt = Prompt(kLen, 21);
+  const Got cold = Prime(uri, prompt, 8);
+  ASSERT_EQ(cold.tokens.size(), 8u) << cold.error;
+  // The hit policy, as the engine applies it (its geometry: block 128, window 128, rollback 6):
+  // the fetch asks for 6 blocks; 2 arrive; a fresh engine has no SWA entry, so DecideHit backs
+  // off one window (hit 128, replaying block 1), and exact replay instead replays everything
+  // through the encoder while reusing both blocks' global KV (reported cached: 256).
+  const SwaGeometry g;
+  ASSERT_EQ(DecideHit(g, kLen, kLen, nullptr).block_reused, 6 * 128);
+  const HitDecision hd = DecideHit(g, kLen, static_cast<int64_t>(kHole) * 128, nullptr);
+  ASSERT_EQ(hd.block_reused, 256);
+  ASSERT_EQ(hd.hit, 128);
+  {
+    auto store = std::make_shared<HoleStore>(Open(uri), kHole, HoleStore::Mode::kMiss);
+    auto e = Make(store, /*exact=*/true);
+    const Got hit = RunAll(*e, {prompt}, 8)[0];
+    EXPECT_EQ(hit.error, "");
+    EXPECT_EQ(hit.cached, hd.block_reused) << "exact replay: the 2 blocks before the hole are reused";
+    EXPECT_EQ(hit.tokens, cold.tokens) << "exact replay after a partial store hit must give the cold tokens";
+    EXPECT_EQ(store->HoleGets(), 1u) << "the hole was asked for once, in chunk 0";
+    const Stats s = e->GetStats();
+    EXPECT_EQ(s.kv_store_fetches, 1u);
+    EXPECT_EQ(s.kv_store_fetch_blocks, kHole) << "nothing at or after the hole is installed";
+    EXPECT_EQ(s.prefix_hit_tokens_store, kHole * 128);
+    EXPECT_EQ(s.prefix_hit_tokens, static_cast<uint64_t>(hd.block_reused));
+    EXPECT_EQ(s.kv_store_fetch_timeouts, 0u) << "every Get completed: a miss is not a timeout";
+    EXPECT_EQ(s.kv_loading, 0u);
+    e->Shutdown();
+  }
+  {
+    // Bounded replay on the same partial hit: the hit backs off one window.
+    auto store = std::make_shared<HoleStore>(Open(uri), kHole, HoleStore::Mode::kMiss);
+    auto e = Make(store, /*exact=*/false);
+    const Got hit = RunAll(*e, {prompt}, 8)[0];
+    EXPECT_EQ(hit.error, "");
+    EXPECT_EQ(hit.cached, hd.hit) << "an SWA miss backs off one block from the 2 that arrived";
+    EXPECT_EQ(hit.tokens.size(), 8u);
+    const Stats s = e->GetStats();
+    EXPECT_EQ(s.kv_store_fetch_blocks, kHole);
+    EXPECT_EQ(s.prefix_hit_tokens_store, kHole * 128);
+    EXPECT_EQ(s.prefix_hit_tokens, static_cast<uint64_t>(hd.hit));
+    EXPECT_EQ(s.kv_store_fetch_timeouts, 0u);
+    EXPECT_EQ(s.kv_loading, 0u);
+    e->Shutdown();
+  }
+}
+
+// The same prompt with one block per Get (kv_fetch_chunk_blocks 1) and the Get of block 3 never
+// completing within the 800 ms deadline (ample for the other Gets on a loaded machine), while
+// the Gets of 4 and 5 (after it) complete: at the deadline the engine keeps blocks 0-2, the
+// contiguous prefix that arrived, and counts a timeout;
+// 4 and 5 arrived but lie past the hole (installing them shows in kv_store_fetch_blocks: 5, not
+// 3; checked by mutation, as above). Block 3's bytes were read by the real store but its
+// completion is held: a chunk still in flight is never read. Its late completion, after the
+// engine is gone, is harmless.
+TEST_F(EngineStoreRead, AMidChainGetPastTheDeadlineKeepsTheBlocksBeforeIt) {
+  Dir d;
+  const std::string uri = "fs:" + d.path;
+  constexpr int kLen = 950;
+  constexpr size_t kHole = 3;
+  const auto prompt = Prompt(kLen, 22);
+  const Got cold = Prime(uri, prompt, 8);
+  ASSERT_EQ(cold.tokens.size(), 8u) << cold.error;
+  auto store = std::make_shared<HoleStore>(Open(uri), kHole, HoleStore::Mode::kWithhold);
+  auto e = Make(store, /*exact=*/true, /*deadline_ms=*/800, [](EngineConfig& c) { c.kv_fetch_chunk_blocks = 1; });
+  const Got hit = RunAll(*e, {prompt}, 8)[0];
+  EXPECT_EQ(hit.error, "");
+  EXPECT_EQ(hit.cached, static_cast<int64_t>(kHole) * 128) << "exact replay reuses the 3 blocks before the hole";
+  EXPECT_EQ(hit.tokens, cold.tokens);
+  const Stats s = e->GetStats();
+  EXPECT_EQ(s.kv_store_fetches, 1u);
+  EXPECT_EQ(s.kv_store_fetch_timeouts, 1u);
+  EXPECT_EQ(s.kv_store_fetch_blocks, kHole) << "blocks 4 and 5 arrived but lie past the hole";
+  EXPECT_EQ(s.prefix_hit_tokens_store, kHole * 128);
+  EXPECT_EQ(s.kv_loading, 0u);
+  EXPECT_EQ(store->HoleGets(), 1u);
+  EXPECT_EQ(store->Held(), 1u) << "only the hole's Get was held";
+  e->Shutdown();
+  e.reset();
+  store->Release();  // the late completion finds no engine: nothing breaks
 }
 
 TEST_F(EngineStoreRead, SixtyFourStreamsWithSharedPrefixesHitAndFetchConcurrently) {
