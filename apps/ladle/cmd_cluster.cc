@@ -5,6 +5,9 @@
 //
 // --ready-file PATH gets {"port": P, "engines": [{"role", "name", "pid", "port"}, ...]} once
 // everything answers (tests kill engines by these pids).
+//
+// --etcd URL: the engines register in etcd (under --etcd-prefix) and the entrypoint finds them
+// there instead of being given their ports.
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -212,6 +215,10 @@ int RunCluster(ClusterOpts co) {
       std::vector<std::string> argv = {exe, "engine", fmt::format("--role={}", role), fmt::format("--dp={}", co.dp),
                                        fmt::format("--name={}", name), fmt::format("--port-file={}", port_file),
                                        fmt::format("--kv-fetcher=socket:{}", fo.socket_path)};
+      if (!co.ep.etcd.empty()) {
+        argv.push_back(fmt::format("--etcd={}", co.ep.etcd));
+        argv.push_back(fmt::format("--etcd-prefix={}", co.ep.etcd_prefix));
+      }
       for (auto& f : EngineFlags(o)) argv.push_back(f);
       children.push_back(std::make_unique<EngineChild>(name, std::move(argv), port_file));
       children.back()->Start();
@@ -232,7 +239,8 @@ int RunCluster(ClusterOpts co) {
       LADLE_LOG_ERROR("cluster.failed error='engine {} did not start'", c->name());
       return 1;
     }
-    co.ep.engines.push_back(fmt::format("127.0.0.1:{}", c->port()));
+    // With etcd the entrypoint discovers them (they registered before writing their port).
+    if (co.ep.etcd.empty()) co.ep.engines.push_back(fmt::format("127.0.0.1:{}", c->port()));
   }
   co.ep.kv_check = "socket:" + fo.socket_path;
   int rc = RunEntrypoint(co.ep, [&](server::Server* srv) {
@@ -267,6 +275,8 @@ void RegisterCluster(CLI::App& app, RunFn* run) {
       ->capture_default_str()->check(CLI::IsMember({"balanced", "round-robin", "least-requests"}));
   cmd->add_option("--dead-after-ms", co->ep.dead_after_ms, "an engine silent this long is dead")->capture_default_str();
   cmd->add_option("--ready-file", co->ready_file, "write the port and the engines' pids here once serving");
+  cmd->add_option("--etcd", co->ep.etcd, "engines register in this etcd (http://host:port) and the entrypoint watches it");
+  cmd->add_option("--etcd-prefix", co->ep.etcd_prefix, "key prefix of this cluster's engines in etcd")->capture_default_str();
   cmd->callback([run, co, cmd] {
     *run = [co, cmd] {
       if (!FinishFlags(cmd, co->ep.serve, "cluster")) return 2;

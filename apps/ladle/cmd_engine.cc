@@ -2,13 +2,16 @@
 // plus Ladle's LadleEngine service), for `ladle entrypoint` or any SMG-protocol router.
 //
 //   ladle engine --role prefill --dp 2 --listen 127.0.0.1:7001 --kv-fetcher socket:/run/kvf.sock
+//   ladle engine --role decode --listen 0.0.0.0:9002 --etcd http://10.0.0.5:2379   # registers itself
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <fstream>
 
 #include "commands.h"
 #include "ladle/cluster/engine_server.h"
+#include "ladle/cluster/etcd.h"
 #include "ladle/core/logging.h"
 #include "ladle/structured/compile_service.h"
 #include "ladle/structured/mask_provider.h"
@@ -25,7 +28,39 @@ struct EngineOpts {
   std::string listen = "127.0.0.1:0";
   std::string name;
   std::string port_file;
+  // Discovery (docs/cluster.md): registered under <etcd_prefix><name> while serving.
+  std::string etcd;
+  std::string etcd_prefix = "/ladle/engines/";
+  int64_t etcd_ttl_s = 10;
+  std::string advertise;  // host[:port] entrypoints dial; default: the listen host and port
 };
+
+// The address entrypoints dial: --advertise (its port defaulting to the bound one), else the
+// listen host with the bound port, the machine's host name when listening on every address.
+std::string AdvertisedAddress(const EngineOpts& eo, int port) {
+  auto host_of = [](std::string_view hp) -> std::pair<std::string, std::string> {
+    if (!hp.empty() && hp.front() == '[') {  // [v6]:port
+      const size_t close = hp.find(']');
+      if (close != std::string_view::npos) {
+        const std::string_view rest = hp.substr(close + 1);
+        return {std::string(hp.substr(0, close + 1)), rest.size() > 1 && rest[0] == ':' ? std::string(rest.substr(1)) : ""};
+      }
+    }
+    const size_t colon = hp.rfind(':');
+    if (colon == std::string_view::npos || hp.find(':') != colon) return {std::string(hp), ""};
+    return {std::string(hp.substr(0, colon)), std::string(hp.substr(colon + 1))};
+  };
+  if (!eo.advertise.empty()) {
+    auto [host, p] = host_of(eo.advertise);
+    return fmt::format("{}:{}", host, p.empty() || p == "0" ? std::to_string(port) : p);
+  }
+  std::string host = host_of(eo.listen).first;
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    char name[256] = {0};
+    host = ::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0' ? name : "127.0.0.1";
+  }
+  return fmt::format("{}:{}", host, port);
+}
 
 // Builds mask providers from constraints sent as data, with this process's compile service.
 cluster::MaskFactory MakeMaskFactory(std::shared_ptr<structured::CompileService> svc, frontend::ModelVersion version,
@@ -113,6 +148,25 @@ int RunEngine(const EngineOpts& eo) {
     return 1;
   }
   dir->Attach(srv->get());
+  std::unique_ptr<cluster::EtcdRegistration> reg;
+  if (!eo.etcd.empty()) {
+    cluster::EtcdRegistrationOptions ro;
+    ro.etcd.endpoints = eo.etcd;
+    ro.prefix = eo.etcd_prefix;
+    ro.name = name;
+    ro.address = AdvertisedAddress(eo, (*srv)->port());
+    ro.role = eo.role;
+    ro.dp = eo.dp;
+    ro.ttl_s = eo.etcd_ttl_s;
+    auto r = cluster::EtcdRegistration::Start(std::move(ro));
+    if (!r.ok()) {
+      LADLE_LOG_ERROR("engine.failed error='{}'", LogSafe(r.status().ToString()));
+      dir->Attach(nullptr);
+      (*srv)->Shutdown(0);
+      return 2;
+    }
+    reg = std::move(r).value();
+  }
   if (!eo.port_file.empty()) {
     // Written whole, then renamed, so a reader never sees a partial port.
     const std::string tmp = eo.port_file + ".tmp";
@@ -123,6 +177,8 @@ int RunEngine(const EngineOpts& eo) {
   int sig = 0;
   sigwait(&sigs, &sig);
   LADLE_LOG_INFO("engine.stopping signal={}", sig);
+  // A graceful leave first: entrypoints watching etcd stop routing here at once.
+  if (reg) reg->Stop(/*revoke=*/true);
   dir->Attach(nullptr);
   (*srv)->Shutdown(opts.drain_deadline_ms);
   srv->reset();
@@ -143,6 +199,15 @@ void RegisterEngine(CLI::App& app, RunFn* run) {
   cmd->add_option("--name", eo->name, "this engine's id in the fleet (default: engine-ROLE-PID)");
   cmd->add_option("--port-file", eo->port_file, "write the port here once serving");
   cmd->add_option("--served-model-name", eo->serve.served_model_names, "the model name reported to routers")->delimiter(',');
+  cmd->add_option("--etcd", eo->etcd,
+                  "register in etcd (http://host:port, comma-separated for several) under --etcd-prefix with a lease, "
+                  "kept alive while serving and revoked on shutdown");
+  cmd->add_option("--etcd-prefix", eo->etcd_prefix, "key prefix of the fleet's engines in etcd")->capture_default_str();
+  cmd->add_option("--etcd-ttl-s", eo->etcd_ttl_s, "lease TTL: a crashed engine leaves the fleet this long after")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{3600}));
+  cmd->add_option("--advertise", eo->advertise,
+                  "host[:port] entrypoints dial (default: the --listen host, or this machine's host name when listening "
+                  "on 0.0.0.0, with the bound port)");
   cmd->callback([run, eo, cmd] {
     *run = [eo, cmd] {
       if (!FinishFlags(cmd, eo->serve, "engine")) return 2;

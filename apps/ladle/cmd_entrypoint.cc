@@ -3,11 +3,17 @@
 // VllmEngine protocol (`vllm serve --grpc`).
 //
 //   ladle entrypoint --engine 127.0.0.1:7001 --engine 127.0.0.1:7002 --port 8000
+//   ladle entrypoint --etcd http://10.0.0.5:2379 --port 8000   # the engines registered in etcd
 #include "entrypoint.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "commands.h"
+#include "ladle/cluster/etcd.h"
 #include "ladle/core/logging.h"
 #include "ladle/kvcache/fetcher_store.h"
 
@@ -23,6 +29,10 @@ void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo) {
   cmd->add_option("--wait-engines-ms", eo->wait_engines_ms, "at start, wait this long for an engine to answer")->capture_default_str();
   cmd->add_option("--dead-after-ms", eo->dead_after_ms, "an engine silent this long is dead and its requests move")->capture_default_str();
   cmd->add_option("--name", eo->name, "this entrypoint's id (request ids start with it)")->capture_default_str();
+  cmd->add_option("--etcd", eo->etcd,
+                  "discover engines in etcd (http://host:port, comma-separated for several): every engine registered "
+                  "under --etcd-prefix joins, and leaves when its key goes");
+  cmd->add_option("--etcd-prefix", eo->etcd_prefix, "key prefix of the fleet's engines in etcd")->capture_default_str();
 }
 
 int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)> on_ready) {
@@ -50,10 +60,29 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
     LADLE_LOG_ERROR("entrypoint.failed error='--kv-check takes socket:PATH'");
     return 2;
   }
-  auto routed = cluster::RoutedEngine::Create(ro, eo.wait_engines_ms);
+  auto routed = cluster::RoutedEngine::Create(ro, eo.etcd.empty() ? eo.wait_engines_ms : 0);
   if (!routed.ok()) {
     LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(routed.status().ToString()));
     return 1;
+  }
+  std::unique_ptr<cluster::EtcdWatcher> watcher;
+  if (!eo.etcd.empty()) {
+    cluster::EtcdWatcherOptions wo;
+    wo.etcd.endpoints = eo.etcd;
+    wo.prefix = eo.etcd_prefix;
+    auto w = cluster::EtcdWatcher::Start(std::move(wo), routed->get());
+    if (!w.ok()) {
+      LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(w.status().ToString()));
+      return 2;
+    }
+    watcher = std::move(w).value();
+    // As with a static list: wait (bounded) for one discovered engine to answer.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(eo.wait_engines_ms);
+    while (std::chrono::steady_clock::now() < until) {
+      const auto cs = (*routed)->GetClusterStats();
+      if (std::any_of(cs.engines.begin(), cs.engines.end(), [](const auto& e) { return e.alive; })) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
   auto sc = BuildServerConfig(opts, tok->version, opts.max_model_len);
   if (!sc.ok()) {
@@ -65,9 +94,10 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
     LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(srv.status().ToString()));
     return 1;
   }
-  LADLE_LOG_INFO("entrypoint.ready port={} engines={}", (*srv)->port(), eo.engines.size());
+  LADLE_LOG_INFO("entrypoint.ready port={} engines={}", (*srv)->port(), (*routed)->GetClusterStats().engines.size());
   if (on_ready) on_ready(srv->get());
   Status run = (*srv)->Run();
+  if (watcher) watcher->Stop();
   (*routed)->Shutdown();
   routed->reset();
   srv->reset();
@@ -90,8 +120,8 @@ void RegisterEntrypoint(CLI::App& app, RunFn* run) {
   cmd->callback([run, eo, cmd] {
     *run = [eo, cmd] {
       if (!FinishFlags(cmd, eo->serve, "entrypoint")) return 2;
-      if (eo->engines.empty()) {
-        LADLE_LOG_ERROR("entrypoint.failed error='no --engine given'");
+      if (eo->engines.empty() && eo->etcd.empty()) {
+        LADLE_LOG_ERROR("entrypoint.failed error='no --engine or --etcd given'");
         return 2;
       }
       return RunEntrypoint(*eo, nullptr);

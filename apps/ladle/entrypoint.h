@@ -18,6 +18,9 @@ struct EntrypointOpts {
   std::string name = "ep0";
   int64_t wait_engines_ms = 30000;
   int64_t dead_after_ms = 1000;
+  // Discovery through etcd (docs/cluster.md): engines registered under the prefix join and leave.
+  std::string etcd;
+  std::string etcd_prefix = "/ladle/engines/";
 };
 
 void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo);

@@ -47,7 +47,17 @@ void RoutedEngineImpl::AddEngine(const std::string& address) {
   if (a.rfind("grpc://", 0) == 0) a = a.substr(7);
   std::lock_guard lock(mu_);
   for (const auto& e : eps_) {
-    if (e->address == a) return;
+    if (e->address != a) continue;
+    if (e->retired) {
+      // Back in the fleet (maybe another process on the same address): learn it again.
+      e->retired = false;
+      e->known = false;
+      e->ladle_engine = false;
+      e->swa_cursor = 1;
+      LADLE_LOG_INFO("cluster.engine_unretired address={}", a);
+      cv_.notify_all();
+    }
+    return;
   }
   auto e = std::make_unique<Endpoint>();
   e->address = a;
@@ -63,6 +73,25 @@ void RoutedEngineImpl::AddEngine(const std::string& address) {
   e->vllm = pb::VllmEngine::NewStub(e->channel);
   e->ladle = lrpc::LadleEngine::NewStub(e->channel);
   eps_.push_back(std::move(e));
+}
+
+void RoutedEngineImpl::RemoveEngine(const std::string& address) {
+  std::string a = address;
+  if (a.rfind("grpc://", 0) == 0) a = a.substr(7);
+  int ep = -1;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < eps_.size(); ++i) {
+      if (eps_[i]->address == a && !eps_[i]->retired) ep = static_cast<int>(i);
+    }
+    if (ep < 0) return;
+    Endpoint& e = *eps_[static_cast<size_t>(ep)];
+    e.retired = true;
+    e.alive = false;  // chosen by no dispatch from here on
+    LADLE_LOG_INFO("cluster.engine_retired address={}", a);
+  }
+  // Dead now, as an engine that stopped answering: its streams are cancelled and re-routed.
+  MarkDead(ep, "left the fleet");
 }
 
 std::vector<kvcache::BlockKey> RoutedEngineImpl::KeysFor(const Endpoint& e, const std::vector<engine::TokenId>& tokens) const {

@@ -50,6 +50,7 @@ struct Endpoint {
   std::vector<kvcache::ExtraKey> key_extras;
   engine::CostModel cost;
   bool alive = false;
+  bool retired = false;  // left the fleet (RemoveEngine): not chosen, not polled, until added again
   int64_t last_ok_ms = 0;
   bool polling = false;  // a poll is in flight
   uint64_t swa_cursor = 1;
@@ -134,6 +135,7 @@ class RoutedEngineImpl final : public RoutedEngine {
   void Shutdown() override;
   ClusterStats GetClusterStats() const override;
   void AddEngine(const std::string& address) override;
+  void RemoveEngine(const std::string& address) override;
 
   pb::VllmEngine::Stub* Stub(int ep) {
     std::lock_guard lock(mu_);

@@ -125,7 +125,7 @@ void RoutedEngineImpl::PollLoop() {
   std::unique_lock lock(mu_);
   while (!shutdown_) {
     for (size_t i = 0; i < eps_.size(); ++i) {
-      if (eps_[i]->polling) continue;
+      if (eps_[i]->polling || eps_[i]->retired) continue;
       eps_[i]->polling = true;
       lock.unlock();
       PollOne(static_cast<int>(i));
@@ -180,6 +180,7 @@ void RoutedEngineImpl::PollOne(int ep) {
     std::lock_guard lock(mu_);
     e->polling = false;
     e->last_ok_ms = SteadyMs();
+    if (e->retired) return;  // a poll sent before it left: it stays out
     if (!e->alive) {
       e->alive = true;
       LADLE_LOG_INFO("cluster.engine_alive address={} name={} role={} dp={}", e->address, e->name,
@@ -377,6 +378,7 @@ ClusterStats RoutedEngineImpl::GetClusterStats() const {
     x.name = e->name;
     x.role = e->role == EpRole::kPrefill ? "prefill" : e->role == EpRole::kDecode ? "decode" : "both";
     x.alive = e->alive;
+    x.retired = e->retired;
     x.dp = e->dp;
     x.dispatched = e->dispatched;
     for (const RankView& v : e->ranks) x.in_flight += v.requests;

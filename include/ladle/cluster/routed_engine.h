@@ -17,7 +17,8 @@
 // Faults: an engine whose stream breaks or whose load report is missing for dead_after_ms is
 // dead; its requests resume elsewhere with the prompt plus the tokens generated so far, so the
 // client's stream goes on with nothing lost or repeated. A dead engine that answers again
-// rejoins. Submit answers kUnavailable only when no engine of a needed role is alive.
+// rejoins; a retired one (RemoveEngine: it left the fleet) does not until it is added again.
+// Submit answers kUnavailable only when no engine of a needed role is alive.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,7 @@ struct ClusterStats {
   struct Engine {
     std::string address, name, role;
     bool alive = false;
+    bool retired = false;  // removed (RemoveEngine): never chosen, not polled
     int dp = 0;
     uint64_t dispatched = 0;
     int in_flight = 0;
@@ -74,8 +76,13 @@ class RoutedEngine : public engine::Engine {
   // answer. Waits up to `wait_ms` for at least one engine to be alive (0: no wait).
   static Result<std::unique_ptr<RoutedEngine>> Create(RoutedEngineOptions o, int64_t wait_ms = 0);
   virtual ClusterStats GetClusterStats() const = 0;
-  // Adds an engine at run time (self-registration); a known address is a no-op.
+  // Adds an engine at run time (discovery); a known address is a no-op, a retired one is
+  // brought back (asked its role again, alive once it answers).
   virtual void AddEngine(const std::string& address) = 0;
+  // Retires an engine that left the fleet (its registration was revoked or expired): it is
+  // dead at once (its requests move exactly as when an engine dies), never chosen and not
+  // polled back to life until AddEngine names it again. An unknown address is a no-op.
+  virtual void RemoveEngine(const std::string& address) = 0;
 };
 
 }  // namespace ladle::cluster

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cluster/cluster_test_util.h"
 #include "engine/engine_test_util.h"
 #include "ladle/cluster/engine_server.h"
 #include "ladle/cluster/routed_engine.h"
@@ -19,139 +20,9 @@
 namespace ladle::cluster {
 namespace {
 
-using engine::EngineConfig;
-using engine::ModelConfig;
+using namespace test_util;  // NOLINT: the shared helpers (cluster_test_util.h)
 using engine::testing::PatternPrompt;
 using engine::TokenId;
-
-ModelConfig Mc() {
-  ModelConfig mc;
-  mc.vocab_size = 8192;
-  return mc;
-}
-
-EngineConfig Ec(std::shared_ptr<kvcache::KvStore> store = nullptr) {
-  EngineConfig c;
-  c.num_blocks = 64;
-  c.max_running = 8;
-  c.chunk_policy = "fixed";
-  c.chunk_tokens = 256;
-  c.kv_store = std::move(store);
-  c.kv_fetch_deadline_base_ms = 5000;
-  c.swa_pool = std::make_shared<engine::SwaPool>();
-  return c;
-}
-
-std::unique_ptr<engine::Engine> MakeEngine(EngineConfig c) {
-  auto m = engine::Model::Create(Mc(), "");
-  EXPECT_TRUE(m.ok());
-  auto e = engine::CreateEngine(c, std::move(m).value(), *engine::testing::EngineTokenizer());
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
-}
-
-// One `ladle engine` in this process: an engine and its server.
-struct Node {
-  std::unique_ptr<engine::Engine> eng;
-  std::shared_ptr<ForwardingSwaDirectory> dir = std::make_shared<ForwardingSwaDirectory>();
-  std::unique_ptr<EngineServer> srv;
-  std::string addr;
-
-  Node(Role role, const std::string& name, std::shared_ptr<kvcache::KvStore> store = nullptr) {
-    EngineConfig c = Ec(std::move(store));
-    c.swa_directory = dir;
-    c.swa_holder = name;
-    eng = MakeEngine(c);
-    EngineServerOptions o;
-    o.info.name = name;
-    o.info.role = role;
-    o.info.key_extras = {{kvcache::ExtraTag::kModel, engine::ModelFingerprint(Mc())}};
-    o.info.vocab_size = Mc().vocab_size;
-    o.swa_pool = c.swa_pool;
-    auto s = EngineServer::Start(std::move(o), {eng.get()});
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    srv = std::move(s).value();
-    dir->Attach(srv.get());
-    addr = "127.0.0.1:" + std::to_string(srv->port());
-  }
-  void Kill() {
-    dir->Attach(nullptr);
-    srv->Shutdown(0);
-  }
-  ~Node() {
-    dir->Attach(nullptr);
-    if (srv) srv->Shutdown(1000);
-    srv.reset();
-    if (eng) eng->Shutdown();
-  }
-};
-
-// Collects one request's outputs.
-struct Sink {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::vector<TokenId>> tokens;
-  std::vector<std::vector<float>> logprobs;
-  std::vector<engine::FinishKind> finish;
-  std::string error;
-  int finished = 0, n = 1;
-  explicit Sink(int samples = 1) : tokens(samples), logprobs(samples), finish(samples), n(samples) {}
-  engine::OutputSink Fn() {
-    return [this](const engine::Output& o) {
-      std::lock_guard lock(mu);
-      for (const auto& t : o.tokens) {
-        tokens[static_cast<size_t>(t.index)].push_back(t.token);
-        logprobs[static_cast<size_t>(t.index)].push_back(t.logprob);
-      }
-      if (o.finished) {
-        finish[static_cast<size_t>(o.finished_index)] = o.finish;
-        if (!o.error.empty()) error = o.error;
-        ++finished;
-        cv.notify_all();
-      }
-    };
-  }
-  bool Wait(int seconds = 120) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return finished >= n; });
-  }
-  size_t Count(int i = 0) {
-    std::lock_guard lock(mu);
-    return tokens[static_cast<size_t>(i)].size();
-  }
-};
-
-engine::SamplingParams Greedy(int max_tokens) {
-  engine::SamplingParams p;
-  p.temperature = 0;
-  p.ignore_eos = true;
-  p.max_tokens = max_tokens;
-  p.top_logprobs = 0;
-  return p;
-}
-
-std::unique_ptr<RoutedEngine> Route(std::vector<std::string> engines, std::shared_ptr<kvcache::KvStore> store = nullptr) {
-  RoutedEngineOptions o;
-  o.engines = std::move(engines);
-  o.poll_ms = 50;
-  o.dead_after_ms = 500;
-  o.store = std::move(store);
-  auto r = RoutedEngine::Create(o, 10'000);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return std::move(r).value();
-}
-
-// Waits until every engine is known and alive (roles learned).
-void WaitAlive(RoutedEngine& r, size_t n) {
-  for (int i = 0; i < 200; ++i) {
-    auto s = r.GetClusterStats();
-    size_t alive = 0;
-    for (const auto& e : s.engines) alive += e.alive;
-    if (alive >= n) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  FAIL() << "engines did not come alive";
-}
 
 class Cluster : public ::testing::Test {
  protected:
