@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
 
 #include "ladle/core/logging.h"
@@ -126,8 +127,16 @@ Result<std::unique_ptr<Target>> OpenTarget(const std::string& spec, const Target
     size_t colon = spec.find(':', 6);
     if (colon == std::string::npos) return InvalidArgument("kvcache: want fault:NAME:DIR, got " + spec);
     std::string name = spec.substr(6, colon - 6);
-    LADLE_ASSIGN_OR_RETURN(std::unique_ptr<Target> inner, OpenFsTarget(spec.substr(colon + 1), options));
-    return WrapFaults(std::move(inner), FaultControl::Named(name));
+    std::shared_ptr<FaultControl> c = FaultControl::Named(name);
+    TargetOptions o = options;
+    o.reader_fault = [c] {
+      int n = c->reader_throws.load();
+      while (n > 0 && !c->reader_throws.compare_exchange_weak(n, n - 1)) {
+      }
+      if (n > 0) throw std::runtime_error("kvcache fault: reader throws");
+    };
+    LADLE_ASSIGN_OR_RETURN(std::unique_ptr<Target> inner, OpenFsTarget(spec.substr(colon + 1), o));
+    return WrapFaults(std::move(inner), std::move(c));
   }
   return OpenFsTarget(spec, options);
 }

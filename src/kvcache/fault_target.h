@@ -18,6 +18,7 @@ struct FaultControl {
   std::atomic<bool> corrupt_reads{false}; // flips one payload byte of every chunk read
   std::atomic<bool> enospc{false};        // writes fail with ENOSPC
   std::atomic<bool> eio{false};           // reads fail with EIO
+  std::atomic<int> reader_throws{0};      // the fs reader thread throws once per read it queues, this many times
   std::atomic<uint64_t> reads{0}, writes{0};
 
   // The process-wide control named `name`.
@@ -28,6 +29,7 @@ struct FaultControl {
     corrupt_reads = false;
     enospc = false;
     eio = false;
+    reader_throws = 0;
   }
 };
 

@@ -404,7 +404,7 @@ class FsTarget final : public Target {
         LADLE_LOG_ERROR("kvcache.reader_failed dir={} restarts={} what=unknown", dir_, restarts);
       }
       FailInFlight(IoError("kvcache reader restarted: " + dir_));
-      if (restarts + 1 >= kMaxRestarts) {
+      if (restarts >= kMaxRestarts) {  // restarted kMaxRestarts times already
         healthy_ = false;
         LADLE_LOG_ERROR("kvcache.target_unhealthy dir={}", dir_);
         FailPending();
@@ -463,13 +463,26 @@ class FsTarget final : public Target {
           pending_.pop_front();
         }
       }
-      for (ReadReq& r : take) {
+      for (size_t i = 0; i < take.size(); ++i) {
         auto f = std::make_unique<InFlight>();
-        f->req = std::move(r);
-        if (!Start(*f)) continue;
-        uint64_t id = ++next_id_;
-        PrepRead(&ring, f.get(), id);
-        inflight_.emplace(id, std::move(f));
+        f->req = std::move(take[i]);
+        try {
+          if (!Start(*f)) continue;
+          uint64_t id = ++next_id_;
+          PrepRead(&ring, f.get(), id);
+          inflight_.emplace(id, std::move(f));
+          if (opt_.reader_fault) opt_.reader_fault();  // tests: an injected reader failure
+        } catch (...) {
+          // No read in hand may go unanswered: this one fails (unless it is in flight already,
+          // which FailInFlight answers), the ones not started go back to the queue's front for
+          // the restarted reader (or FailPending, if it is not restarted).
+          if (f) Finish(*f, IoError("kvcache reader failed: " + dir_));
+          {
+            std::lock_guard lock(mu_);
+            for (size_t j = take.size(); j-- > i + 1;) pending_.push_front(std::move(take[j]));
+          }
+          throw;
+        }
       }
       if (stopping && inflight_.empty()) {
         FailPending();

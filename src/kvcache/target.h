@@ -33,6 +33,9 @@ struct TargetOptions {
   uint64_t capacity_bytes = 0;  // 0 = the file system's size
   int64_t ttl_agent_ms = 0;     // for index rebuild from the files
   int64_t ttl_chatbot_ms = 0;
+  // Tests only (set by OpenTarget for `fault:` specs, fault_target.h): the fs reader thread calls
+  // it for each read it has just queued to its ring; a throw is a reader failure.
+  std::function<void()> reader_fault;
 };
 
 class Target {
