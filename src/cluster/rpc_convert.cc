@@ -197,19 +197,28 @@ void ReadLogprob(const pb::OutputLogProbs& lp, int i, engine::TokenEvent* t) {
 
 namespace lrpc_pin = ::ladle::rpc;
 
+// Where the pin lives: a global with external linkage, so the store to it is kept and
+// LeakSanitizer finds the pin reachable.
+void* g_grpc_callback_queue_pin = nullptr;
+
 void PinGrpcCallbackQueue() {
+  // A channel that is never destroyed, after one callback call (to nowhere, already past its
+  // deadline): the channel holds the shared queue from that call on.
+  struct Pin {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<lrpc_pin::LadleEngine::Stub> stub;
+    grpc::ClientContext ctx;
+    lrpc_pin::GetInfoRequest req;
+    lrpc_pin::GetInfoResponse resp;
+  };
   static std::once_flag once;
   std::call_once(once, [] {
-    // A channel that is never destroyed, after one callback call (to nowhere, already past its
-    // deadline): the channel holds the shared queue from that call on. Leaked on purpose.
-    auto* channel = new std::shared_ptr<grpc::Channel>(
-        grpc::CreateChannel("unix:/nonexistent/ladle-grpc-pin", grpc::InsecureChannelCredentials()));
-    auto* stub = new lrpc_pin::LadleEngine::Stub(*channel);
-    auto* ctx = new grpc::ClientContext;
-    ctx->set_deadline(std::chrono::system_clock::now());
-    auto* req = new lrpc_pin::GetInfoRequest;
-    auto* resp = new lrpc_pin::GetInfoResponse;
-    stub->async()->GetInfo(ctx, req, resp, [](grpc::Status) {});
+    auto* p = new Pin;
+    g_grpc_callback_queue_pin = p;
+    p->channel = grpc::CreateChannel("unix:/nonexistent/ladle-grpc-pin", grpc::InsecureChannelCredentials());
+    p->stub = lrpc_pin::LadleEngine::NewStub(p->channel);
+    p->ctx.set_deadline(std::chrono::system_clock::now());
+    p->stub->async()->GetInfo(&p->ctx, &p->req, &p->resp, [](grpc::Status) {});
   });
 }
 

@@ -57,5 +57,6 @@ void ReadLogprob(const pb::OutputLogProbs& lp, int i, engine::TokenEvent* t);
 // last engine and starts another). Once per process this takes a reference that is never
 // released, so the queue lives as long as the process. Called before any server or channel.
 void PinGrpcCallbackQueue();
+extern void* g_grpc_callback_queue_pin;  // PinGrpcCallbackQueue's, reachable for LeakSanitizer
 
 }  // namespace ladle::cluster

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -439,11 +440,12 @@ TEST_F(Etcd, RegistrationRegrantsALostLease) {
   EXPECT_TRUE(r->kvs.empty());
 }
 
-const ClusterStats::Engine* Find(const ClusterStats& s, const std::string& address) {
+// A copy: the stats are often a temporary.
+std::optional<ClusterStats::Engine> Find(const ClusterStats& s, const std::string& address) {
   for (const auto& e : s.engines) {
-    if (e.address == address) return &e;
+    if (e.address == address) return e;
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 // Two engines register; an entrypoint that knows no engine finds both through the watcher and
@@ -518,7 +520,7 @@ TEST_F(Etcd, DiscoveryEndToEnd) {
   ASSERT_TRUE(id.ok());
   ASSERT_TRUE(WaitFor([&] { return running.Count() >= 4; }, 5000));
   const auto st = routed->GetClusterStats();
-  const bool a_holds = Find(st, a.addr) != nullptr && Find(st, a.addr)->in_flight > 0;
+  const bool a_holds = Find(st, a.addr).has_value() && Find(st, a.addr)->in_flight > 0;
   Node& leaving = a_holds ? a : b;
   Node& staying = a_holds ? b : a;
   auto& reg_leaving = a_holds ? *reg_a : *reg_b;
@@ -528,8 +530,8 @@ TEST_F(Etcd, DiscoveryEndToEnd) {
   reg_leaving->Stop(/*revoke=*/true);
   ASSERT_TRUE(WaitFor(
       [&] {
-        const auto* e = Find(routed->GetClusterStats(), leaving.addr);
-        return e != nullptr && e->retired && !e->alive;
+        const auto e = Find(routed->GetClusterStats(), leaving.addr);
+        return e.has_value() && e->retired && !e->alive;
       },
       3000))
       << "a revoked engine is retired";
@@ -572,8 +574,8 @@ TEST_F(Etcd, DiscoveryEndToEnd) {
   ASSERT_TRUE(again.ok());
   ASSERT_TRUE(WaitFor(
       [&] {
-        const auto* e = Find(routed->GetClusterStats(), staying.addr);
-        return e != nullptr && e->alive && !e->retired;
+        const auto e = Find(routed->GetClusterStats(), staying.addr);
+        return e.has_value() && e->alive && !e->retired;
       },
       5000))
       << "a re-registered engine rejoins";
