@@ -139,10 +139,8 @@ void Generation::Emit(int index, std::vector<Event> events, std::string* bytes) 
       // Whitespace before a tool call is no answer: its text (and the tokens that made it)
       // goes nowhere, as tool-call syntax does.
       s.leading = false;
-      for (const Event& h : s.held) {
-        TextTrack& t = s.tracks[TrackOf(h.kind)];
-        t.out += static_cast<int64_t>(h.text.size());
-        while (!t.pending.empty() && t.pending.front().start < t.out) t.pending.pop_front();
+      if (tok_) {
+        for (const Event& h : s.held) PassText(s, h, nullptr);
       }
       s.held.clear();
     } else if (s.leading && e.kind != Event::Kind::kReasoning) {
@@ -159,17 +157,19 @@ void Generation::Emit(int index, std::vector<Event> events, std::string* bytes) 
 
 void Generation::Send(int index, Event e, std::string* bytes) {
   Sample& s = samples_[index];
-  if (const int track = TrackOf(e.kind); tok_ && track >= 0) {
-    // The tokens whose text starts before what has now gone out ride on this event.
-    TextTrack& t = s.tracks[track];
-    t.out += static_cast<int64_t>(e.text.size());
-    while (!t.pending.empty() && t.pending.front().start < t.out) {
-      e.logprobs.push_back(std::move(t.pending.front().logprob));
-      t.pending.pop_front();
-    }
-  }
+  // The tokens whose text starts before what has now gone out ride on this event.
+  if (tok_ && TrackOf(e.kind) >= 0) PassText(s, e, &e.logprobs);
   if (e.kind == Event::Kind::kFinish && index == 0) finish_name_ = frontend::FinishReasonName(e.finish);
   writer_->AppendEvent(e, index, bytes);
+}
+
+void Generation::PassText(Sample& s, const Event& e, std::vector<frontend::TokenLogprob>* out) {
+  TextTrack& t = s.tracks[TrackOf(e.kind)];
+  t.out += static_cast<int64_t>(e.text.size());
+  while (!t.pending.empty() && t.pending.front().start < t.out) {
+    if (out) out->push_back(std::move(t.pending.front().logprob));
+    t.pending.pop_front();
+  }
 }
 
 void Generation::FinishSample(int index, FinishReason reason, const std::string& text, std::string* bytes) {

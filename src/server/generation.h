@@ -85,6 +85,9 @@ class Generation {
   void Emit(int index, std::vector<frontend::Event> events, std::string* bytes);
   // One event past the stop filter to the writer, with the logprobs that ride on it.
   void Send(int index, frontend::Event e, std::string* bytes);
+  // `e`'s text has gone out (or been dropped): its track moves past it, and the logprobs of the
+  // tokens whose text starts before that go to `out` (nullptr: nowhere). Content or reasoning.
+  void PassText(Sample& s, const frontend::Event& e, std::vector<frontend::TokenLogprob>* out);
   void FinishSample(int index, frontend::FinishReason reason, const std::string& text, std::string* bytes);
   // Logprobs: feeds `ids` one at a time, queueing each token's logprob on its track.
   std::vector<frontend::Event> PushWithLogprobs(Sample& s, const engine::Output& out, size_t begin, size_t end);
