@@ -408,18 +408,14 @@ void RoutedEngineImpl::StartHandoff(const std::shared_ptr<Routed>& r) {
     const int64_t len = static_cast<int64_t>(tokens.size());
     const int64_t l1 = len > ring ? (len - ring) / p.block_size * p.block_size : 0;
     if (!p.key_extras.empty()) {
-      // The fallback's SWA entry (at the decode's hit anchor) is on the prefill engine.
-      if (l1 > 0) {
-        std::vector<engine::TokenId> head(tokens.begin(), tokens.begin() + l1);
-        swa_dir_[KeysFor(p, head).back()] = {r->prefill_ep, SteadyMs() + 180'000};
-      }
       // The decode engine needs every full block of the prompt (exact hand-off), or those up to
-      // L1 (the hit path).
+      // L1 (the hit path). One chain over the longer of the two serves both.
       const int64_t need = r->handoff_id.empty() ? l1 : static_cast<int64_t>(r->prompt.size()) / p.block_size * p.block_size;
-      if (need > 0) {
-        tokens.resize(static_cast<size_t>(need));
-        keys = KeysFor(p, tokens);
-      }
+      tokens.resize(static_cast<size_t>(std::max(need, l1)));
+      keys = KeysFor(p, tokens);
+      // The fallback's SWA entry (at the decode's hit anchor) is on the prefill engine.
+      if (l1 > 0) swa_dir_[keys[static_cast<size_t>(l1 / p.block_size) - 1]] = {r->prefill_ep, SteadyMs() + 180'000};
+      keys.resize(static_cast<size_t>(need / p.block_size));
     }
     if (o_.store && !keys.empty()) {
       handoffs_waiting_.push_back({r, std::move(keys), SteadyMs() + o_.handoff_wait_ms});
