@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "engine_test_util.h"
+#include "store_wrappers.h"
 #include "ladle/engine/engine_config.h"
 #include "ladle/engine/model.h"
 #include "ladle/kvcache/kv_store.h"
@@ -396,41 +397,6 @@ TEST_F(EngineHandoff, MissingBlocksOrABadStateFallBackToRecompute) {
   EXPECT_EQ(b2->GetStats().handoff_imports, 0u);
 }
 
-// Holds every Get's completion until Release (a store that stalls), delegating the rest.
-class StallingStore final : public kvcache::KvStore {
- public:
-  explicit StallingStore(std::shared_ptr<kvcache::KvStore> inner) : inner_(std::move(inner)) {}
-  void Match(std::span<const kvcache::BlockKey> keys, MatchDone done) override { inner_->Match(keys, std::move(done)); }
-  void Get(std::span<const kvcache::BlockKey> keys, std::span<const kvcache::MutableBuffer> buffers,
-           GetDone done) override {
-    inner_->Get(keys, buffers, [this, done = std::move(done)](std::vector<Result<size_t>> r) mutable {
-      std::lock_guard lk(mu_);
-      held_.emplace_back([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
-    });
-  }
-  void Put(std::span<const kvcache::BlockKey> keys, std::span<const std::span<const uint8_t>> values,
-           kvcache::TrafficClass cls, PutDone done, std::optional<kvcache::BlockKey> parent) override {
-    inner_->Put(keys, values, cls, std::move(done), parent);
-  }
-  void Delete(std::span<const kvcache::BlockKey> keys, DeleteDone done) override { inner_->Delete(keys, std::move(done)); }
-  kvcache::StoreStat Stat() override { return inner_->Stat(); }
-  Result<uint64_t> RunGcOnce() override { return inner_->RunGcOnce(); }
-  Result<FsckReport> Fsck() override { return inner_->Fsck(); }
-  void Release() {
-    std::vector<std::function<void()>> h;
-    {
-      std::lock_guard lk(mu_);
-      h.swap(held_);
-    }
-    for (auto& f : h) f();
-  }
-
- private:
-  std::shared_ptr<kvcache::KvStore> inner_;
-  std::mutex mu_;
-  std::vector<std::function<void()>> held_;
-};
-
 // A resume cancelled while its blocks load, and one cancelled while decoding, free everything.
 TEST_F(EngineHandoff, ACancelledResumeFreesItsBlocks) {
   testing::TempDir dir("handoff-cancel");
@@ -442,7 +408,7 @@ TEST_F(EngineHandoff, ACancelledResumeFreesItsBlocks) {
   std::vector<TokenId> next = prompt;
   next.push_back(exported.tokens[0]);
 
-  auto stalling = std::make_shared<StallingStore>(store);
+  auto stalling = std::make_shared<testing::StallingStore>(store);
   auto b = Make(stalling);
   auto wait_for = [&](auto pred) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "engine_test_util.h"
+#include "store_wrappers.h"
 #include "ladle/core/numbers.h"
 #include "ladle/engine/engine_config.h"
 #include "ladle/engine/kv_hit_policy.h"
@@ -39,55 +40,16 @@ struct Dir : testing::TempDir {
 using testing::Got;
 std::vector<TokenId> Prompt(int len, int salt) { return testing::PatternPrompt(len, salt); }
 
-// Holds every Get's completion until Release (a store that stalls), delegating the rest.
-class StallingStore final : public kvcache::KvStore {
- public:
-  explicit StallingStore(std::shared_ptr<kvcache::KvStore> inner) : inner_(std::move(inner)) {}
-  void Match(std::span<const kvcache::BlockKey> keys, MatchDone done) override { inner_->Match(keys, std::move(done)); }
-  void Get(std::span<const kvcache::BlockKey> keys, std::span<const kvcache::MutableBuffer> buffers,
-           GetDone done) override {
-    inner_->Get(keys, buffers, [this, done = std::move(done)](std::vector<Result<size_t>> r) mutable {
-      std::lock_guard lk(mu_);
-      held_.emplace_back([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
-    });
-  }
-  void Put(std::span<const kvcache::BlockKey> keys, std::span<const std::span<const uint8_t>> values,
-           kvcache::TrafficClass cls, PutDone done, std::optional<kvcache::BlockKey> parent) override {
-    inner_->Put(keys, values, cls, std::move(done), parent);
-  }
-  void Delete(std::span<const kvcache::BlockKey> keys, DeleteDone done) override { inner_->Delete(keys, std::move(done)); }
-  kvcache::StoreStat Stat() override { return inner_->Stat(); }
-  Result<uint64_t> RunGcOnce() override { return inner_->RunGcOnce(); }
-  Result<FsckReport> Fsck() override { return inner_->Fsck(); }
-  size_t Held() {
-    std::lock_guard lk(mu_);
-    return held_.size();
-  }
-  void Release() {
-    std::vector<std::function<void()>> h;
-    {
-      std::lock_guard lk(mu_);
-      h.swap(held_);
-    }
-    for (auto& f : h) f();
-  }
-
- private:
-  std::shared_ptr<kvcache::KvStore> inner_;
-  std::mutex mu_;
-  std::vector<std::function<void()>> held_;
-};
-
 // Delegates to a real store, but one block in the middle of the chain is lost: the key at chain
 // position `hole` of the first Match (the engine matches the whole chain it lacks before any
 // Get). kMiss: the Get that asks for it reports that key as a miss (kNotFound) and its buffer
 // holds noise, the other keys of the same Get are served; kWithhold: the completion of the Get
 // that asks for it is held until Release (never within the deadline), the other Gets complete.
-class HoleStore final : public kvcache::KvStore {
+class HoleStore final : public testing::ForwardingStore, public testing::HeldCompletions {
  public:
   enum class Mode { kMiss, kWithhold };
   HoleStore(std::shared_ptr<kvcache::KvStore> inner, size_t hole, Mode mode)
-      : inner_(std::move(inner)), hole_(hole), mode_(mode) {}
+      : ForwardingStore(std::move(inner)), hole_(hole), mode_(mode) {}
   void Match(std::span<const kvcache::BlockKey> keys, MatchDone done) override {
     {
       std::lock_guard lk(mu_);
@@ -119,45 +81,20 @@ class HoleStore final : public kvcache::KvStore {
       });
       return;
     }
-    inner_->Get(keys, buffers, [this, done = std::move(done)](std::vector<Result<size_t>> r) mutable {
-      std::lock_guard lk(mu_);
-      held_.emplace_back([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
-    });
+    inner_->Get(keys, buffers, Hold(std::move(done)));
   }
-  void Put(std::span<const kvcache::BlockKey> keys, std::span<const std::span<const uint8_t>> values,
-           kvcache::TrafficClass cls, PutDone done, std::optional<kvcache::BlockKey> parent) override {
-    inner_->Put(keys, values, cls, std::move(done), parent);
-  }
-  void Delete(std::span<const kvcache::BlockKey> keys, DeleteDone done) override { inner_->Delete(keys, std::move(done)); }
-  kvcache::StoreStat Stat() override { return inner_->Stat(); }
-  Result<uint64_t> RunGcOnce() override { return inner_->RunGcOnce(); }
-  Result<FsckReport> Fsck() override { return inner_->Fsck(); }
-  // Gets that asked for the hole, and completions held.
+  // Gets that asked for the hole.
   size_t HoleGets() {
     std::lock_guard lk(mu_);
     return hole_gets_;
   }
-  size_t Held() {
-    std::lock_guard lk(mu_);
-    return held_.size();
-  }
-  void Release() {
-    std::vector<std::function<void()>> h;
-    {
-      std::lock_guard lk(mu_);
-      h.swap(held_);
-    }
-    for (auto& f : h) f();
-  }
 
  private:
-  std::shared_ptr<kvcache::KvStore> inner_;
   const size_t hole_;
   const Mode mode_;
   std::mutex mu_;
   std::optional<kvcache::BlockKey> hole_key_;
   size_t hole_gets_ = 0;
-  std::vector<std::function<void()>> held_;
 };
 
 class EngineStoreRead : public ::testing::Test {
@@ -316,7 +253,7 @@ TEST_F(EngineStoreRead, AStalledFetchHitsItsDeadlineRecomputesAndLetsOthersPass)
   const std::string uri = "fs:" + d.path;
   const auto prompt = Prompt(700, 9);
   const Got cold = Prime(uri, prompt, 8);
-  auto stalling = std::make_shared<StallingStore>(Open(uri));
+  auto stalling = std::make_shared<testing::StallingStore>(Open(uri));
   auto e = Make(stalling, true, /*deadline_ms=*/400);
   // A prompt the store does not know is submitted after the stalled one and finishes first.
   std::mutex mu;
