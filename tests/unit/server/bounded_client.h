@@ -34,13 +34,7 @@ class BoundedConn {
   // write is small and the socket's buffer takes it whole, so a synchronous write is bounded.
   void Write(http::verb method, const std::string& target, const std::string& body = "",
              const std::map<std::string, std::string>& headers = {}) {
-    http::request<http::string_body> req(method, target, 11);
-    req.set(http::field::host, "127.0.0.1");
-    for (const auto& [k, v] : headers) req.set(k, v);
-    if (!body.empty()) req.set(http::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    http::write(stream_, req);
+    http::write(stream_, MakeRequest(method, target, body, headers));
     parser_.emplace();
     parser_->body_limit(64 << 20);
   }

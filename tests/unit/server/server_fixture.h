@@ -35,18 +35,24 @@ struct Reply {
   }
 };
 
-inline Reply Send(uint16_t port, http::verb method, const std::string& target, const std::string& body = "",
-                  const std::map<std::string, std::string>& headers = {}) {
-  net::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  stream.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+// One HTTP/1.1 request to the server under test (a JSON body when there is one).
+inline http::request<http::string_body> MakeRequest(http::verb method, const std::string& target, const std::string& body,
+                                                    const std::map<std::string, std::string>& headers) {
   http::request<http::string_body> req(method, target, 11);
   req.set(http::field::host, "127.0.0.1");
   for (const auto& [k, v] : headers) req.set(k, v);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   req.body() = body;
   req.prepare_payload();
-  http::write(stream, req);
+  return req;
+}
+
+inline Reply Send(uint16_t port, http::verb method, const std::string& target, const std::string& body = "",
+                  const std::map<std::string, std::string>& headers = {}) {
+  net::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+  http::write(stream, MakeRequest(method, target, body, headers));
   beast::flat_buffer buf;
   http::response_parser<http::string_body> parser;
   parser.body_limit(64 << 20);
