@@ -35,19 +35,19 @@ std::pair<int, int> RoutedEngineImpl::Choose(Stage stage, const Routed& r, int a
     const RankView* v;
   };
   std::vector<Cand> all;
-  for (size_t i = 0; i < eps_.size(); ++i) {
-    const Endpoint& e = *eps_[i];
-    if (!e.alive || !e.known || !Serves(e.role, stage)) continue;
-    for (size_t k = 0; k < e.ranks.size(); ++k) all.push_back({static_cast<int>(i), static_cast<int>(k), &e.ranks[k]});
-  }
+  // Every rank of every live, known engine whose role passes `fits`.
+  auto collect = [&](auto fits) {
+    for (size_t i = 0; i < eps_.size(); ++i) {
+      const Endpoint& e = *eps_[i];
+      if (!e.alive || !e.known || !fits(e.role)) continue;
+      for (size_t k = 0; k < e.ranks.size(); ++k) all.push_back({static_cast<int>(i), static_cast<int>(k), &e.ranks[k]});
+    }
+  };
+  collect([&](EpRole role) { return Serves(role, stage); });
   if (all.empty() && stage != Stage::kPrefill) {
     // No decode engine alive: a prefill engine is a whole engine too, and takes the request
     // rather than fail it (degraded, until a decode engine is back).
-    for (size_t i = 0; i < eps_.size(); ++i) {
-      const Endpoint& e = *eps_[i];
-      if (!e.alive || !e.known || e.role != EpRole::kPrefill) continue;
-      for (size_t k = 0; k < e.ranks.size(); ++k) all.push_back({static_cast<int>(i), static_cast<int>(k), &e.ranks[k]});
-    }
+    collect([](EpRole role) { return role == EpRole::kPrefill; });
   }
   if (all.empty()) return {-1, -1};
   // A re-routed request avoids the engine it left when any other can take it.
