@@ -169,6 +169,10 @@ struct SeqStep {
   SwaCapture* swa_capture = nullptr;
   // Optional: KV of this step that is still being swapped in (see KvReadyGate).
   KvReadyGate* ready = nullptr;
+  // Optional, with want_logits: receives the final-normed hidden state of each logits row
+  // (logits_count × hidden floats, row-major): what the LM head reads, and what a speculative
+  // drafter (drafter.h) conditions on.
+  float* hidden_out = nullptr;
 };
 
 class Model {

@@ -47,7 +47,9 @@ std::string BlasCoreName();
 // BLAS entry points; valid after InitBlas() succeeded.
 void Sgemv(int rows, int cols, const float* a, const float* x, float* y);  // y = A·x, A row-major
 
-// y[n×out] = x[n×in] · W[out×in]ᵀ (W row-major, as safetensors stores nn.Linear).
+// y[n×out] = x[n×in] · W[out×in]ᵀ (W row-major, as safetensors stores nn.Linear). Up to
+// kLinearRowwiseMax rows, each row is its own GEMV: row-for-row identical to n = 1.
+inline constexpr int kLinearRowwiseMax = 8;
 void Linear(const float* x, int n, int in, const float* w, int out, float* y);
 
 // out[n×dim] = x / rms(x) * weight, row by row.

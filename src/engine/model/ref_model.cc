@@ -394,7 +394,9 @@ void RefModel::RunSequence(const SeqStep& step, ModelKvStorage& kv, float* out) 
   if (!step.want_logits) return;
   for (int r = 0; r < step.logits_count; ++r) {
     const float* row = y.data() + static_cast<size_t>(m - step.logits_count + r) * H;
-    RmsNorm(row, 1, H, W.final_norm, config_.rms_eps, out + static_cast<size_t>(r) * row_stride_);
+    float* normed = out + static_cast<size_t>(r) * row_stride_;
+    RmsNorm(row, 1, H, W.final_norm, config_.rms_eps, normed);
+    if (step.hidden_out != nullptr) std::memcpy(step.hidden_out + static_cast<size_t>(r) * H, normed, sizeof(float) * H);
   }
 }
 
