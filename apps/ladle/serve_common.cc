@@ -129,6 +129,15 @@ void AddEngineFlags(CLI::App* cmd, ServeOpts* o) {
   cmd->add_option("--kv-fetch-deadline-ms", o->kv_fetch_deadline_ms,
                   "a store read's deadline (plus 5 ms per block, at most 5 s); past it the rest recomputes")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--speculative", o->speculative,
+                  "speculative decoding: off, fixed:N (verify N drafts per step) or dspark (variable-length "
+                  "verification over the profiled throughput curve); needs --draft")
+      ->capture_default_str();
+  cmd->add_option("--draft", o->draft, "drafter folder (drafter.json + drafter.safetensors, from `ladle dspark fit`)");
+  cmd->add_option("--draft-tokens", o->draft_tokens, "γ: tokens the drafter proposes per step (at most 5)")
+      ->capture_default_str()->check(CLI::Range(1, 5));
+  cmd->add_option("--spec-sps", o->spec_sps,
+                  "dspark: the SPS(B) table file (loaded if present, else profiled at start-up and saved there)");
   cmd->add_flag("--exact-replay", o->exact_replay,
                 "on a prefix hit, rebuild the SWA ring by replaying the whole prefix (exact) instead of its last 128 "
                 "tokens (Encoder SWA Bounded Replay)");
@@ -257,6 +266,22 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
   ec.max_model_len = o.max_model_len;
   ec.eos_logit_bias = static_cast<float>(o.eos_logit_bias);
   ec.exact_replay = o.exact_replay;
+  ec.speculative = o.speculative;
+  ec.draft_tokens = o.draft_tokens;
+  ec.spec_sps_path = o.spec_sps;
+  if (!o.draft.empty()) {
+    LADLE_ASSIGN_OR_RETURN(auto drafter, engine::Drafter::Load(o.draft));
+    ec.drafter = std::shared_ptr<const engine::Drafter>(std::move(drafter));
+  }
+  if (ec.speculative != "off" && ec.spec_sps_path.empty() && dp > 1) {
+    // Profiled once, by the first rank, into a file the other ranks load.
+    if (stack->fetcher_dir.empty()) {
+      char tmpl[] = "/tmp/ladle-serve-XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) return IoError("cannot make a private directory");
+      stack->fetcher_dir = tmpl;
+    }
+    ec.spec_sps_path = stack->fetcher_dir + "/sps.txt";
+  }
   ec.swa_pool_bytes = static_cast<uint64_t>(o.swa_pool_mb) << 20;
   ec.swa_ttl_ms = o.swa_ttl_s * 1000;
   ec.swa_directory = std::move(swa_directory);

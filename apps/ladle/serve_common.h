@@ -48,6 +48,12 @@ struct ServeOpts {
   std::string kv_store;  // persistent block store URI; empty: none
   bool kv_store_no_read = false;
   bool exact_replay = false;
+  // Speculative decoding (docs/engine.md): off, fixed:N or dspark, with a drafter folder from
+  // `ladle dspark fit`.
+  std::string speculative = "off";
+  std::string draft;
+  int draft_tokens = 5;
+  std::string spec_sps;
   int64_t kv_fetch_deadline_ms = 200;
   int64_t swa_pool_mb = 256;
   std::string kv_fetcher = "process";  // process, in-process, or socket:PATH (a fetcher already running)

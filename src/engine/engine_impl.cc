@@ -32,7 +32,7 @@ uint64_t Mix(uint64_t x) {
 EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::unique_ptr<KvStorage> kv,
                        tokenizer::Tokenizer tok, std::unique_ptr<ChunkPolicy> chunk,
                        std::unique_ptr<AdmissionPolicy> admission, std::unique_ptr<PreemptionPolicy> preemption,
-                       std::optional<CostModel> cost)
+                       std::optional<CostModel> cost, std::unique_ptr<SpecPolicy> spec)
     : config_(std::move(config)),
       model_(std::move(model)),
       kv_(std::move(kv)),
@@ -58,6 +58,11 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
     }
   }
   fetcher_ = std::dynamic_pointer_cast<kvcache::FetcherStore>(config_.kv_store);
+  spec_ = std::move(spec);
+  if (spec_) {
+    drafter_ = config_.drafter;
+    gamma_ = spec_->draft_tokens();
+  }
   device_ = std::make_unique<Device>();
   fetch_inbox_->wake = [this] {
     {
@@ -171,6 +176,12 @@ Stats EngineImpl::GetStats() const {
   s.handoff_imports = stat_handoff_imports_.load();
   s.handoff_fallbacks = stat_handoff_fallbacks_.load();
   s.expert_parallel = model_->GetExpertParallelStats(&s.ep);
+  if (spec_) {
+    s.spec_draft_tokens = stat_spec_drafts_.load();
+    s.spec_accepted_tokens = stat_spec_accepted_.load();
+    s.spec_verify_tokens = stat_spec_verify_.load();
+    for (int l = 0; l <= gamma_; ++l) s.spec_verify_lengths.push_back(stat_spec_lengths_[static_cast<size_t>(l)].load());
+  }
   return s;
 }
 
@@ -222,6 +233,7 @@ void EngineImpl::AddRequest(std::shared_ptr<Request> r) {
       s->dev->sampler.rng = given->rng;
       s->dev->sampler.counts.insert(given->counts.begin(), given->counts.end());
       s->dev->last_token = given->first_token;
+      s->dev->pos = given->position;
     }
     seqs.push_back(s);
   }
@@ -393,12 +405,15 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
       [this, b] {
         const auto t0 = Clock::now();
         StartMasks(b);
+        if (spec_) PrepareSpecSteps(b.get());
         for (int32_t slot : b->resets) kv_->ResetSlot(slot);
         for (auto [from, to] : b->copies) kv_->CopySlot(from, to);
         std::vector<SeqStep> steps;
         steps.reserve(b->entries.size());
+        const size_t hidden = static_cast<size_t>(model_->config().hidden);
         for (auto& e : b->entries) {
-          if (e.decode) e.tokens.assign(1, e.dev->last_token);  // sampled by an earlier step
+          if (e.spec && e.verify < 0) continue;  // nothing left to sample (engine_spec.cc)
+          if (e.decode && !e.spec) e.tokens.assign(1, e.dev->last_token);  // sampled by an earlier step
           SeqStep st;
           st.tokens = e.tokens;
           st.start_pos = e.start_pos;
@@ -408,6 +423,13 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
           st.prefill = !e.decode;
           st.want_logits = e.sample;
           st.swa_capture = e.swa_capture.get();
+          if (e.spec) {
+            st.logits_count = e.verify + 1;
+            st.hidden_out = e.hidden.data();
+          } else if (spec_ && e.sample) {
+            e.hidden.assign(hidden, 0.0f);  // the drafter conditions on it
+            st.hidden_out = e.hidden.data();
+          }
           steps.push_back(st);
         }
         // Fetched blocks and SWA entries are copied in while the forward runs; the steps that
@@ -487,6 +509,10 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
           size_t row = 0;
           for (auto& e : b->entries) {
             if (!e.sample) continue;
+            if (e.spec) {
+              if (e.verify >= 0) SampleSpec(b.get(), e, &row);
+              continue;
+            }
             std::span<float> logits(b->logits.data() + row * vocab_, vocab_);
             ++row;
             DevSeq& d = *e.dev;
@@ -497,8 +523,11 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
             e.result = SampleToken(logits, d.params, &d.sampler, mask, valid_vocab_);
             if (d.mask) d.mask->Accept(d.index, e.result.token);
             d.last_token = e.result.token;
+            d.pos = e.start_pos + (e.decode ? 1 : static_cast<int64_t>(e.tokens.size()));
+            d.emitted += 1;
             if (e.handoff) CaptureHandoffSampler(e);
           }
+          if (spec_) DraftAfterSample(b.get());
         }
         b->record.forward_ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
         {
@@ -525,7 +554,12 @@ void EngineImpl::PostProcess(const std::shared_ptr<Batch>& b) {
     }
     OnSwaDone(s, e);  // before AcceptToken, which may finish (and store) the sequence
     if (e.handoff && e.sample) FinishHandoffCapture(s, e);  // delivered by AcceptToken's finish
-    if (e.sample) AcceptToken(s, e.result);
+    if (spec_ && !e.conf.empty()) s->spec_conf = e.conf;
+    if (e.spec) {
+      PostProcessSpec(s, e);
+    } else if (e.sample) {
+      AcceptToken(s, e.result);
+    }
     RegisterBlocks(s);
   }
   // A sequence that finished here frees its blocks for the next schedule: their copy-out must
@@ -633,9 +667,10 @@ Result<std::unique_ptr<Engine>> CreateEngine(const EngineConfig& config, std::un
   } else {
     return InvalidArgument("unknown chunk policy: " + config.chunk_policy);
   }
+  LADLE_ASSIGN_OR_RETURN(std::unique_ptr<SpecPolicy> spec, MakeEngineSpecPolicy(config, *model, *kv));
   return std::unique_ptr<Engine>(new EngineImpl(config, std::move(model), std::move(kv), std::move(tokenizer),
                                                 std::move(chunk), std::move(admission), std::move(preemption),
-                                                cost));
+                                                cost, std::move(spec)));
 }
 
 }  // namespace ladle::engine

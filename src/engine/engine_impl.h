@@ -59,6 +59,12 @@ struct DevSeq {
   SamplerState sampler;
   TokenId last_token = 0;
   std::vector<uint64_t> mask_bits;
+  // Speculative decoding (engine_spec.cc): the position last_token goes to, tokens sampled so
+  // far (the max_tokens cap), and the drafts after last_token with their confidences.
+  int64_t pos = 0;
+  int64_t emitted = 0;
+  std::vector<TokenId> drafts;
+  std::vector<float> conf;
 };
 
 // A store read for a waiting sequence (EngineConfig::kv_store_read). Filled on the store's
@@ -123,6 +129,9 @@ struct Seq {
   std::shared_ptr<const HandoffState> resume;
   std::shared_ptr<HandoffPersist> handoff_persist;
   std::shared_ptr<const HandoffState> handoff_out;
+  // Speculative decoding: the latest draft confidences post-processing has seen (in async
+  // scheduling those of two steps earlier), which size the next step's verify capacity.
+  std::vector<float> spec_conf;
 };
 
 struct Entry {
@@ -140,6 +149,16 @@ struct Entry {
   // A hand-off export's last prefill chunk: the rings and partial block are read right after
   // the forward, the sampler state right after the sample (device thread).
   std::shared_ptr<HandoffState> handoff;
+  // Speculative decoding (engine_spec.cc). A spec decode's position and verify length L are
+  // set on the device (they depend on the previous step's acceptance); it samples up to L + 1
+  // tokens into `results` (the first rejected draft's replacement, or the bonus token, last).
+  // L = -1: nothing to run (the sample's max_tokens was reached). `conf` returns the new
+  // drafts' confidences to the scheduler.
+  bool spec = false;
+  int verify = 0;
+  std::vector<float> hidden;  // final-normed hidden rows of the step's logits rows
+  std::vector<Sampled> results;
+  std::vector<float> conf;
 };
 
 // The batch's masks, filled on the shared pool while the device runs the forward; the
@@ -186,6 +205,7 @@ struct Batch {
     std::shared_ptr<const HandoffState> state;
   };
   std::vector<SlotRestore> slot_restores;
+  int64_t spec_capacity = 0;  // speculative decoding: the step's token budget B (SpecPolicy)
   std::vector<float> logits;
   Status status;
   StepRecord record;
@@ -194,12 +214,16 @@ struct Batch {
   bool done = false;
 };
 
+// The verification policy EngineConfig::speculative names (null for "off"), after checking the
+// drafter against the model; "dspark" loads or profiles its SPS table (engine_spec.cc).
+Result<std::unique_ptr<SpecPolicy>> MakeEngineSpecPolicy(const EngineConfig& config, Model& model, KvStorage& kv);
+
 class EngineImpl : public Engine {
  public:
   EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::unique_ptr<KvStorage> kv,
              tokenizer::Tokenizer tok, std::unique_ptr<ChunkPolicy> chunk,
              std::unique_ptr<AdmissionPolicy> admission, std::unique_ptr<PreemptionPolicy> preemption,
-             std::optional<CostModel> cost);
+             std::optional<CostModel> cost, std::unique_ptr<SpecPolicy> spec);
   ~EngineImpl() override;
 
   Result<RequestId> Submit(SubmitRequest request, OutputSink sink) override;
@@ -288,6 +312,24 @@ class EngineImpl : public Engine {
   void CaptureHandoffSampler(const Entry& e);  // device thread, after the sample
   void FinishHandoffCapture(Seq* s, const Entry& e);
   std::atomic<uint64_t> stat_handoff_exports_{0}, stat_handoff_imports_{0}, stat_handoff_fallbacks_{0};
+  // Speculative decoding (engine_spec.cc). A spec decode is scheduled by ScheduleDecode with
+  // blocks for its longest outcome; the device sets its position and length. PlanSpecCapacity: the step's
+  // budget from the confidences the scheduler has. PrepareSpecSteps (device, before the
+  // forward): each spec decode's L under that budget from its current confidences, its tokens
+  // and rows. SampleSpec (device): samples the rows in order and stops at the first rejected
+  // draft; DraftAfterSample then drafts for every sequence that sampled. PostProcessSpec: the
+  // accepted tokens, in order, and the scheduler's bounds.
+  void PlanSpecCapacity(Batch* b);
+  void PrepareSpecSteps(Batch* b);
+  void SampleSpec(Batch* b, Entry& e, size_t* row);
+  void DraftAfterSample(Batch* b);
+  void PostProcessSpec(Seq* s, Entry& e);
+  bool spec_on() const { return spec_ != nullptr; }
+  std::unique_ptr<SpecPolicy> spec_;
+  std::shared_ptr<const Drafter> drafter_;
+  int gamma_ = 0;
+  std::atomic<uint64_t> stat_spec_drafts_{0}, stat_spec_accepted_{0}, stat_spec_verify_{0};
+  std::vector<std::atomic<uint64_t>> stat_spec_lengths_ = std::vector<std::atomic<uint64_t>>(17);
   std::shared_ptr<SwaPool> swa_pool_;
   std::unique_ptr<SwapIn> swap_in_ = std::make_unique<SwapIn>();
   std::atomic<uint64_t> stat_swa_hits_{0}, stat_swa_misses_{0}, stat_replayed_{0};

@@ -86,7 +86,9 @@ void EngineImpl::RegisterBlocks(Seq* s) {
 
 bool EngineImpl::ScheduleDecode(const std::shared_ptr<Seq>& sp, Batch* b, std::vector<Seq*>* in_batch) {
   Seq* s = sp.get();
-  while (!GrowBlocks(s, s->computed + 1)) {
+  // A spec decode may write γ + 1 positions (engine_spec.cc); computed is then an upper bound.
+  const int64_t span = spec_on() ? gamma_ + 1 : 1;
+  while (!GrowBlocks(s, s->computed + span)) {
     // Victims are running sequences not yet in this batch (their blocks could otherwise be
     // handed to a batch mate and written twice in one forward); `s` itself qualifies.
     std::vector<Seq*> cands;
@@ -114,9 +116,11 @@ bool EngineImpl::ScheduleDecode(const std::shared_ptr<Seq>& sp, Batch* b, std::v
   e.table = s->blocks;
   e.slot = s->slot;
   e.sample = true;
-  PlanSwaCapture(s, &e);
+  e.spec = spec_on();
+  // A spec decode's position is the device's: no decode SWA copy is planned for it.
+  if (!e.spec) PlanSwaCapture(s, &e);
   b->entries.push_back(std::move(e));
-  s->computed += 1;
+  s->computed += span;
   s->sampled += 1;
   s->inflight += 1;
   s->last_step = b->step;
@@ -275,6 +279,7 @@ std::shared_ptr<Batch> EngineImpl::Schedule() {
   for (const auto& e : b->entries) contexts.push_back(e.start_pos);
   StepBudget budget = chunk_->Begin(contexts);
   b->record.decodes = static_cast<int>(b->entries.size());
+  if (spec_on()) PlanSpecCapacity(b.get());
   if (cost_) {
     b->record.predicted_ns = cost_->e;
     for (int64_t c : contexts) b->record.predicted_ns += cost_->DecodeCost(c);

@@ -148,6 +148,24 @@ std::string Metrics::Render(const engine::Stats& stats) {
         stats.handoff_imports);
   gauge("ladle_handoff_fallbacks_total", "counter",
         "PD hand-off: states that were missing or did not fit (the request took the hit policy).", stats.handoff_fallbacks);
+  if (!stats.spec_verify_lengths.empty()) {
+    gauge("ladle_spec_draft_tokens_total", "counter", "Speculative decoding: draft tokens verified.", stats.spec_draft_tokens);
+    gauge("ladle_spec_accepted_tokens_total", "counter", "Speculative decoding: draft tokens accepted.",
+          stats.spec_accepted_tokens);
+    gauge("ladle_spec_verify_tokens_total", "counter",
+          "Speculative decoding: tokens in verify spans (each request's last token plus its drafts).",
+          stats.spec_verify_tokens);
+    // A histogram of L (drafts verified per request per step), buckets le = 0 … γ.
+    out += "# HELP ladle_spec_verify_length Drafts verified per request per step.\n# TYPE ladle_spec_verify_length histogram\n";
+    uint64_t cum = 0, sum = 0;
+    for (size_t l = 0; l < stats.spec_verify_lengths.size(); ++l) {
+      cum += stats.spec_verify_lengths[l];
+      sum += l * stats.spec_verify_lengths[l];
+      fmt::format_to(it, "ladle_spec_verify_length_bucket{{le=\"{}\"}} {}\n", l, cum);
+    }
+    fmt::format_to(it, "ladle_spec_verify_length_bucket{{le=\"+Inf\"}} {}\nladle_spec_verify_length_sum {}\n"
+                   "ladle_spec_verify_length_count {}\n", cum, sum, cum);
+  }
   gauge("ladle_swa_pool_entries", "gauge", "SWA KVCache entries in the host pool.", stats.swa_pool_entries);
   gauge("ladle_swa_pool_bytes", "gauge", "Bytes of SWA KVCache entries in the host pool.", stats.swa_pool_bytes);
   gauge("ladle_swa_pool_stored_total", "counter", "SWA KVCache entries stored.", stats.swa_pool_stored);

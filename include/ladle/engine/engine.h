@@ -146,6 +146,10 @@ struct Stats {
   // fell back to the ordinary path (a full block missing from pool and store, a size or model
   // mismatch): they recompute, with the hit policy.
   uint64_t handoff_exports = 0, handoff_imports = 0, handoff_fallbacks = 0;
+  // Speculative decoding: drafts verified (Σ L over requests and steps), of them accepted, the
+  // verify tokens (Σ (L + 1)), and how many request-steps verified L drafts (index L).
+  uint64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_tokens = 0;
+  std::vector<uint64_t> spec_verify_lengths;
   // The model's EP ranks (Model::ConfigureExpertParallel), when it has them.
   bool expert_parallel = false;
   ExpertParallelStats ep;

@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ladle/core/result.h"
 #include "ladle/engine/block_manager.h"
+#include "ladle/engine/drafter.h"
 #include "ladle/engine/engine.h"
 #include "ladle/engine/model.h"
+#include "ladle/engine/spec_policy.h"
 #include "ladle/engine/swa_pool.h"
 #include "ladle/tokenizer/tokenizer.h"
 
@@ -105,6 +108,20 @@ struct EngineConfig {
   std::shared_ptr<SwaDirectory> swa_directory;
   std::string swa_holder = "local";
   std::function<void(const StepRecord&)> on_step;  // optional; must not block
+
+  // Speculative decoding (docs/engine.md, "Speculative decoding"): "off", "fixed:N" (verify N
+  // drafts per request per step) or "dspark" (variable-length verification, Algorithm 1 over
+  // the SPS table). Needs a drafter. Greedy output is token-identical to "off", and sampled
+  // output keeps its distribution (a draft token is accepted exactly when the target's own
+  // sample equals it: rejection sampling with a deterministic drafter).
+  std::string speculative = "off";
+  std::shared_ptr<const Drafter> drafter;
+  int draft_tokens = 5;  // γ (at most the drafter's, and at most the ring's rollback slots − 1)
+  // dspark: the SPS(B) table. Loaded from spec_sps_path when that file exists, else profiled
+  // at start-up (and saved there when a path is given), unless spec_sps is given.
+  std::optional<SpsTable> spec_sps;
+  std::string spec_sps_path;
+  int64_t spec_max_step_tokens = 512;  // cap of B in Algorithm 1 (and of the profile)
 };
 
 // Builds the engine and starts its threads. Fails on bad settings or an unreadable cost

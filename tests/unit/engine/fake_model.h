@@ -32,13 +32,36 @@ struct FakeOptions {
   double ns_per_token_ctx = 0; // simulated q·c cost
 };
 
-// Logits row of the history `h` (the same function the fake model applies).
-inline void FakeLogits(const std::vector<TokenId>& h, const FakeOptions& o, float* out) {
-  uint64_t x = 0xcbf29ce484222325ull;
-  for (TokenId t : h) x = FakeMix(x ^ t);
+// The running hash of a history: FakeHashStep(hash of h, t) is the hash of h + [t].
+inline constexpr uint64_t kFakeHashSeed = 0xcbf29ce484222325ull;
+inline uint64_t FakeHashStep(uint64_t x, TokenId t) { return FakeMix(x ^ t); }
+
+// Logits row of a history of `len` tokens whose hash is `x`.
+inline void FakeLogitsOfHash(uint64_t x, int64_t len, const FakeOptions& o, float* out) {
   for (int v = 0; v < o.vocab; ++v) out[v] = static_cast<float>(FakeMix(x ^ (uint64_t(v) << 32)) >> 40) / 2097152.0f;
   out[0] = -100.0f;  // never BOS
-  out[1] = (o.eos_at_len > 0 && static_cast<int64_t>(h.size()) >= o.eos_at_len) ? 100.0f : -100.0f;
+  out[1] = (o.eos_at_len > 0 && len >= o.eos_at_len) ? 100.0f : -100.0f;
+}
+
+// Logits row of the history `h` (the same function the fake model applies).
+inline void FakeLogits(const std::vector<TokenId>& h, const FakeOptions& o, float* out) {
+  uint64_t x = kFakeHashSeed;
+  for (TokenId t : h) x = FakeHashStep(x, t);
+  FakeLogitsOfHash(x, static_cast<int64_t>(h.size()), o, out);
+}
+
+// The fake model's "hidden state" of a logits row (SeqStep::hidden_out): the history's hash and
+// length, 16 bits per float (exact), so a test drafter can continue the history exactly.
+inline void FakeHidden(uint64_t x, int64_t len, float* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((x >> (16 * i)) & 0xffff);
+  for (int i = 0; i < 2; ++i) out[4 + i] = static_cast<float>((static_cast<uint64_t>(len) >> (16 * i)) & 0xffff);
+}
+inline void FakeHiddenDecode(const float* in, uint64_t* x, int64_t* len) {
+  *x = 0;
+  for (int i = 0; i < 4; ++i) *x |= static_cast<uint64_t>(in[i]) << (16 * i);
+  uint64_t l = 0;
+  for (int i = 0; i < 2; ++i) l |= static_cast<uint64_t>(in[4 + i]) << (16 * i);
+  *len = static_cast<int64_t>(l);
 }
 
 class FakeKv : public KvStorage {
@@ -110,8 +133,17 @@ class FakeModel : public Model {
         auto [rp, rt] = kv.Ring(s.swa_slot, p);
         if (rp == p && rt != h[p]) return Internal("ring disagrees with blocks at " + std::to_string(p));
       }
-      logits->resize(logits->size() + o_.vocab);
-      FakeLogits(h, o_, logits->data() + logits->size() - o_.vocab);
+      // One row per logits token (a verify span asks for several), oldest first.
+      const int64_t first = end - s.logits_count;
+      if (s.logits_count < 1 || first < s.start_pos) return Internal("logits_count outside the step");
+      uint64_t x = kFakeHashSeed;
+      for (int64_t p = 0; p <= first; ++p) x = FakeHashStep(x, h[p]);
+      for (int64_t p = first; p < end; ++p) {
+        if (p > first) x = FakeHashStep(x, h[p]);
+        logits->resize(logits->size() + o_.vocab);
+        FakeLogitsOfHash(x, p + 1, o_, logits->data() + logits->size() - o_.vocab);
+        if (s.hidden_out) FakeHidden(x, p + 1, s.hidden_out + (p - first) * cfg_.hidden);
+      }
     }
     while (std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() < spin) {
     }

@@ -1,0 +1,216 @@
+// Speculative decoding in the engine (docs/engine.md, "Speculative decoding"; the recipe's
+// "DSpark speculative decoding" and "Asynchronous Scheduling").
+//
+// A decoding sequence brings the drafter's γ drafts after its last token. The scheduler does
+// not know how many tokens the sequence's previous step accepted (with async scheduling that
+// step has not even run), so a spec decode is scheduled by its bounds: blocks for the longest
+// outcome (γ + 1 positions per step in flight) and the step's total token budget B from the
+// confidences it has (two steps old under async scheduling). On the device, just before the
+// forward, each spec decode's verify length L comes from its CURRENT confidences under that
+// budget (SpecPolicy::Lengths: the dynamic top-K of the paper's §5.2), at its current position.
+//
+// The forward verifies [last, d_1 … d_L] in one span (L + 1 logits rows). Rows are sampled in
+// order, each with the ordinary sampler (mask filled after the previous row's Accept,
+// penalties counting the previous rows' tokens), and the run stops at the first row whose
+// token is not the next draft: that token replaces the draft; if every draft matched, the
+// last row's token is a bonus. Each emitted token is therefore exactly the token the
+// non-speculative engine would sample there (its row's logits are bit-identical: Linear is
+// row-wise for spans this short; same sampler state, same RNG draw), so greedy and seeded
+// outputs are token-identical with speculation off, and any sampling keeps its distribution
+// (standard speculative sampling with a deterministic drafter: accept d with p(d), else draw
+// from p without d).
+//
+// Rollback. Positions past the accepted ones hold rejected drafts' KV: the next step starts at
+// the first of them and overwrites it. The SWA rings keep the window: a span writes at most
+// γ + 1 ≤ rollback positions, so the 6 spare slots still hold every position the next step's
+// window reads (ContinueFrom treats the ring as ending where the new step starts). Global-KV
+// blocks past the accepted positions stay with the sequence and are written by the next steps;
+// they are registered in the prefix cache only once their tokens are accepted. The matcher
+// and the stop checker only ever see accepted tokens (rows are sampled one after another), so
+// nothing in them is undone.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "engine_impl.h"
+#include "ladle/core/logging.h"
+
+namespace ladle::engine {
+
+void EngineImpl::PlanSpecCapacity(Batch* b) {
+  std::vector<std::vector<float>> confs;
+  for (const Entry& e : b->entries)
+    if (e.spec) confs.push_back(e.seq->spec_conf);
+  b->spec_capacity = confs.empty() ? 0 : spec_->Capacity(confs);
+}
+
+void EngineImpl::PrepareSpecSteps(Batch* b) {
+  std::vector<Entry*> es;
+  std::vector<std::vector<float>> confs;
+  for (Entry& e : b->entries) {
+    if (!e.spec) continue;
+    DevSeq& d = *e.dev;
+    const int64_t remaining = static_cast<int64_t>(d.params.max_tokens) - d.emitted;
+    if (remaining <= 0) {  // every token of this sample is already out: nothing to verify
+      e.verify = -1;
+      continue;
+    }
+    const size_t most = static_cast<size_t>(std::min<int64_t>({static_cast<int64_t>(d.drafts.size()), remaining - 1,
+                                                              static_cast<int64_t>(gamma_)}));
+    es.push_back(&e);
+    confs.emplace_back(d.conf.begin(), d.conf.begin() + static_cast<std::ptrdiff_t>(std::min(most, d.conf.size())));
+  }
+  if (es.empty()) return;
+  const std::vector<int> lengths = spec_->Lengths(confs, b->spec_capacity);
+  LADLE_CHECK(lengths.size() == es.size());
+  const size_t H = static_cast<size_t>(model_->config().hidden);
+  for (size_t i = 0; i < es.size(); ++i) {
+    Entry& e = *es[i];
+    DevSeq& d = *e.dev;
+    const int L = std::clamp(lengths[i], 0, static_cast<int>(confs[i].size()));
+    e.verify = L;
+    e.start_pos = d.pos;
+    e.tokens.assign(1, d.last_token);
+    e.tokens.insert(e.tokens.end(), d.drafts.begin(), d.drafts.begin() + L);
+    e.hidden.assign(static_cast<size_t>(L + 1) * H, 0.0f);
+    // The scheduler's blocks cover the longest outcome of every step in flight.
+    LADLE_CHECK(static_cast<int64_t>(e.table.size()) * block_size_ >= d.pos + L + 1);
+  }
+}
+
+void EngineImpl::SampleSpec(Batch* b, Entry& e, size_t* row) {
+  DevSeq& d = *e.dev;
+  const int L = e.verify;
+  const auto& p = d.params;
+  int accepted = 0;
+  for (int r = 0; r <= L; ++r) {
+    std::span<float> logits(b->logits.data() + (*row + static_cast<size_t>(r)) * vocab_, vocab_);
+    if (d.mask && r > 0) {
+      // Row r's mask follows the previous row's Accept: filled here, in order.
+      d.mask_bits.assign((vocab_ + 63) / 64, 0);
+      d.mask->FillMask(d.index, d.mask_bits.data(), vocab_);
+    }
+    const uint64_t* mask = d.mask ? d.mask_bits.data() : nullptr;
+    if (config_.eos_logit_bias != 0.0f && !p.ignore_eos && config_.eos_id < logits.size()) {
+      logits[config_.eos_id] += config_.eos_logit_bias;
+    }
+    Sampled res = SampleToken(logits, p, &d.sampler, mask, valid_vocab_);
+    if (d.mask) d.mask->Accept(d.index, res.token);
+    d.last_token = res.token;
+    const TokenId tok = res.token;
+    const bool dead = std::isinf(res.logprob) && res.logprob < 0;
+    e.results.push_back(std::move(res));
+    const bool ends = dead || (tok == config_.eos_id && !p.ignore_eos) ||
+                      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+    if (r == L || tok != d.drafts[static_cast<size_t>(r)]) break;
+    ++accepted;
+    if (ends) break;  // the sample ends here: later rows are never needed
+  }
+  *row += static_cast<size_t>(L + 1);
+  d.pos = e.start_pos + static_cast<int64_t>(e.results.size());
+  d.emitted += static_cast<int64_t>(e.results.size());
+  stat_spec_drafts_ += static_cast<uint64_t>(L);
+  stat_spec_accepted_ += static_cast<uint64_t>(accepted);
+  stat_spec_verify_ += static_cast<uint64_t>(L + 1);
+  ++stat_spec_lengths_[static_cast<size_t>(std::min<int>(L, static_cast<int>(stat_spec_lengths_.size()) - 1))];
+}
+
+void EngineImpl::DraftAfterSample(Batch* b) {
+  std::vector<DraftInput> in;
+  std::vector<Entry*> es;
+  const size_t H = static_cast<size_t>(model_->config().hidden);
+  for (Entry& e : b->entries) {
+    if (!e.sample || (e.spec && e.results.empty())) continue;
+    DevSeq& d = *e.dev;
+    d.drafts.clear();
+    d.conf.clear();
+    if (d.emitted >= d.params.max_tokens) continue;  // no further step: nothing to draft for
+    const size_t r = e.spec ? e.results.size() - 1 : 0;  // the row that produced last_token
+    if (e.hidden.size() < (r + 1) * H) continue;
+    in.push_back({std::span<const float>(e.hidden.data() + r * H, H), d.last_token});
+    es.push_back(&e);
+  }
+  if (in.empty()) return;
+  std::vector<DraftOutput> out;
+  drafter_->Draft(in, &out);
+  LADLE_CHECK(out.size() == in.size());
+  for (size_t i = 0; i < es.size(); ++i) {
+    DevSeq& d = *es[i]->dev;
+    const size_t g = std::min<size_t>({out[i].tokens.size(), out[i].confidences.size(), static_cast<size_t>(gamma_)});
+    d.drafts.assign(out[i].tokens.begin(), out[i].tokens.begin() + static_cast<std::ptrdiff_t>(g));
+    d.conf.assign(out[i].confidences.begin(), out[i].confidences.begin() + static_cast<std::ptrdiff_t>(g));
+    es[i]->conf = d.conf;
+  }
+}
+
+void EngineImpl::PostProcessSpec(Seq* s, Entry& e) {
+  for (const Sampled& r : e.results) {
+    // Finished (EOS, stop, length): the rest is dropped. A preempted sequence (waiting) keeps
+    // them, as the unspeculated path does: they are re-prefilled with the rest.
+    if (s->state == Seq::State::kFinished) break;
+    AcceptToken(s, r);
+  }
+  if (s->state == Seq::State::kRunning && s->decoding) {
+    // Bounds for the steps still in flight: each may emit between 1 and γ + 1 tokens.
+    s->computed = static_cast<int64_t>(s->tokens.size()) - 1 + static_cast<int64_t>(gamma_ + 1) * s->inflight;
+    s->sampled = s->generated + s->inflight;
+  }
+}
+
+}  // namespace ladle::engine
+
+namespace ladle::engine {
+
+Result<std::unique_ptr<SpecPolicy>> MakeEngineSpecPolicy(const EngineConfig& config, Model& model, KvStorage& kv) {
+  const std::string& mode = config.speculative;
+  if (mode.empty() || mode == "off") return std::unique_ptr<SpecPolicy>();
+  if (!config.drafter) return InvalidArgument("speculative decoding '" + mode + "' needs a drafter (--draft DIR)");
+  const ModelConfig& mc = model.config();
+  const DrafterConfig& dc = config.drafter->config();
+  if (dc.hidden != mc.hidden || dc.target_vocab != mc.vocab_size) {
+    return InvalidArgument(fmt::format("the drafter was made for hidden {} and vocabulary {}, the model has {} and {}",
+                                       dc.hidden, dc.target_vocab, mc.hidden, mc.vocab_size));
+  }
+  // A verify span writes γ + 1 positions past the accepted ones at most; the SWA ring's spare
+  // slots must cover it (the window the next step reads is then intact).
+  const int rollback = mc.swa_ring - mc.window;
+  const int gamma = config.draft_tokens;
+  if (gamma < 1 || gamma + 1 > rollback || gamma > dc.draft_tokens) {
+    return InvalidArgument(fmt::format("draft tokens must be in [1, {}] (the SWA ring's {} spare slots) and at most the "
+                                       "drafter's {}; got {}",
+                                       rollback - 1, rollback, dc.draft_tokens, config.draft_tokens));
+  }
+  if (mode.rfind("fixed:", 0) == 0) {
+    int n = 0;
+    try {
+      size_t used = 0;
+      n = std::stoi(mode.substr(6), &used);
+      if (used != mode.size() - 6) n = 0;
+    } catch (const std::exception&) {
+      n = 0;
+    }
+    if (n < 1 || n > gamma) return InvalidArgument(fmt::format("'{}': N must be in [1, {}] (the draft tokens)", mode, gamma));
+    return MakeFixedSpecPolicy(n);
+  }
+  if (mode != "dspark") return InvalidArgument("unknown speculative mode '" + mode + "' (off, fixed:N or dspark)");
+  SpsTable sps;
+  if (config.spec_sps) {
+    sps = *config.spec_sps;
+  } else if (!config.spec_sps_path.empty() && std::ifstream(config.spec_sps_path).good()) {
+    LADLE_ASSIGN_OR_RETURN(sps, SpsTable::Load(config.spec_sps_path));
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    LADLE_ASSIGN_OR_RETURN(sps, ProfileSps(model, kv, config.spec_max_step_tokens, gamma + 1, config.profile_repeats));
+    LADLE_LOG_INFO("engine.sps_profile points={} sps_1={:.1f} sps_max={:.1f} ms={:.0f}", sps.tokens.size(), sps.At(1),
+                   sps.At(sps.tokens.back()),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!config.spec_sps_path.empty()) LADLE_RETURN_IF_ERROR(sps.Save(config.spec_sps_path));
+  }
+  LADLE_RETURN_IF_ERROR(sps.Validate());
+  return MakeDsparkSpecPolicy(gamma, std::move(sps), config.spec_max_step_tokens);
+}
+
+}  // namespace ladle::engine

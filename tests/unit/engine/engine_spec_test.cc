@@ -1,0 +1,320 @@
+// Speculative decoding in the engine (engine_spec.cc): outputs with speculation are the
+// outputs without it, token for token and logprob for logprob, across modes, batch sizes,
+// async scheduling, sampling settings, stop strings, masks, n > 1, preemption and max_tokens;
+// rejected drafts roll back at every position; the sampling distribution is unchanged.
+//
+// On the fake model (whose "hidden state" carries the history's hash) the test drafter
+// continues the history exactly and then corrupts one position per pass, chosen by a hash, so
+// every step rejects at a known position (or none). On the reference model a drafter replays
+// the unspeculated run's continuations, right where the history repeats and wrong elsewhere.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "engine_test_util.h"
+#include "fake_model.h"
+#include "ladle/engine/drafter.h"
+#include "ladle/engine/engine_config.h"
+#include "ladle/engine/spec_policy.h"
+#include "runtime_harness.h"
+
+namespace ladle::engine {
+namespace {
+
+using namespace testing;  // NOLINT: the harness
+
+constexpr int kGamma = 5;
+
+// Drafts the fake model's greedy continuation; with `corrupt`, position reject_at (a hash of
+// the history, in [0, γ]; γ means none) is replaced by another token. Counts the positions.
+class FakeDrafter : public Drafter {
+ public:
+  FakeDrafter(FakeOptions o, bool corrupt) : o_(o), corrupt_(corrupt) {
+    c_.hidden = ModelConfig{}.hidden;
+    c_.target_vocab = o.vocab;
+    c_.draft_vocab = o.vocab;
+    c_.draft_tokens = kGamma;
+  }
+  const DrafterConfig& config() const override { return c_; }
+  void Draft(std::span<const DraftInput> in, std::vector<DraftOutput>* out) const override {
+    out->assign(in.size(), {});
+    std::vector<float> row(static_cast<size_t>(o_.vocab));
+    for (size_t i = 0; i < in.size(); ++i) {
+      uint64_t x;
+      int64_t len;
+      FakeHiddenDecode(in[i].hidden.data(), &x, &len);
+      x = FakeHashStep(x, in[i].last);
+      len += 1;
+      const int reject_at = corrupt_ ? static_cast<int>((FakeMix(x ^ 0x5bd1) >> 7) % (kGamma + 1)) : kGamma;
+      reject_counts_[static_cast<size_t>(reject_at)]++;
+      for (int k = 0; k < kGamma; ++k) {
+        FakeLogitsOfHash(x, len, o_, row.data());
+        TokenId d = 0;
+        for (int v = 1; v < o_.vocab; ++v)
+          if (row[static_cast<size_t>(v)] > row[d]) d = static_cast<TokenId>(v);
+        if (k == reject_at) d = d + 1 < static_cast<TokenId>(o_.vocab) ? d + 1 : 3;
+        (*out)[i].tokens.push_back(d);
+        const double u = static_cast<double>(FakeMix(x ^ (0x77ull + k)) >> 11) * 0x1.0p-53;
+        (*out)[i].confidences.push_back(static_cast<float>(0.15 + 0.8 * u));
+        x = FakeHashStep(x, d);
+        len += 1;
+      }
+    }
+  }
+  mutable std::array<std::atomic<int>, kGamma + 1> reject_counts_{};
+
+ private:
+  DrafterConfig c_;
+  FakeOptions o_;
+  bool corrupt_;
+};
+
+// A decreasing throughput curve with a knee, so Algorithm 1 picks varied lengths.
+SpsTable TestSps() {
+  SpsTable t;
+  t.tokens = {1, 8, 16, 32, 64, 256};
+  t.sps = {1000, 950, 800, 500, 260, 60};
+  return t;
+}
+
+EngineConfig SpecConfig(bool async, const std::string& mode, std::shared_ptr<const Drafter> d) {
+  EngineConfig c = FixedConfig(async);
+  c.speculative = mode;
+  c.drafter = std::move(d);
+  c.draft_tokens = kGamma;
+  c.spec_sps = TestSps();
+  return c;
+}
+
+class EngineSpec : public ::testing::Test {
+ protected:
+  void SetUp() override { LADLE_REQUIRE_ENGINE_TOKENIZER(); }
+};
+
+TEST_F(EngineSpec, OutputsAreTheUnspeculatedOnesInEveryMode) {
+  const auto jobs = MixedJobs();  // greedy and sampled, penalties, top-k/p, min-p, logprobs, n = 3, stops
+  auto off = Make(FixedConfig(false));
+  const auto want = RunJobs(*off.engine, jobs);
+  for (const std::string mode : {"fixed:5", "fixed:2", "dspark"}) {
+    for (bool async : {false, true}) {
+      auto drafter = std::make_shared<FakeDrafter>(FakeOptions{}, /*corrupt=*/true);
+      auto h = Make(SpecConfig(async, mode, drafter));
+      ASSERT_TRUE(h.engine);
+      SCOPED_TRACE(mode + (async ? " async" : " sync"));
+      ExpectSame(want, RunJobs(*h.engine, jobs));
+      const Stats st = h.engine->GetStats();
+      EXPECT_GT(st.spec_accepted_tokens, 0u);
+      EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);  // some drafts were rejected
+      EXPECT_EQ(st.spec_verify_tokens - st.spec_draft_tokens, [&] {
+        uint64_t n = 0;
+        for (uint64_t c : st.spec_verify_lengths) n += c;
+        return n;
+      }());
+      // Every rejection position (and none) occurred: rollback at each of them kept the output.
+      for (int k = 0; k <= kGamma; ++k) EXPECT_GT(drafter->reject_counts_[static_cast<size_t>(k)].load(), 0) << k;
+      if (mode == "fixed:2") {
+        for (size_t l = 3; l < st.spec_verify_lengths.size(); ++l) EXPECT_EQ(st.spec_verify_lengths[l], 0u);
+      }
+      if (mode == "dspark") {
+        // Variable length: more than one L was chosen.
+        int used = 0;
+        for (uint64_t c : st.spec_verify_lengths) used += c > 0;
+        EXPECT_GE(used, 2);
+      }
+    }
+  }
+}
+
+TEST_F(EngineSpec, APerfectDrafterEmitsSeveralTokensPerStep) {
+  auto drafter = std::make_shared<FakeDrafter>(FakeOptions{}, /*corrupt=*/false);
+  auto h = Make(SpecConfig(false, "fixed:5", drafter));
+  std::vector<Job> jobs(1);
+  jobs[0].prompt = Prompt(40, 3);
+  jobs[0].params.temperature = 0;
+  jobs[0].params.max_tokens = 61;
+  const int steps_before = h.model->steps.load();
+  auto res = RunJobs(*h.engine, jobs);
+  ASSERT_EQ(res[0][0].tokens, RefGreedy(jobs[0].prompt, {}, 61));
+  // Prefill, then 60 tokens at 6 per step: 10 verify steps.
+  EXPECT_EQ(h.model->steps.load() - steps_before, 11);
+  const Stats st = h.engine->GetStats();
+  EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+}
+
+TEST_F(EngineSpec, MaxTokensCapsTheLastSpan) {
+  auto drafter = std::make_shared<FakeDrafter>(FakeOptions{}, false);
+  for (bool async : {false, true}) {
+    auto h = Make(SpecConfig(async, "fixed:5", drafter));
+    for (int max : {1, 2, 6, 7, 13}) {
+      std::vector<Job> jobs(1);
+      jobs[0].prompt = Prompt(30, max);
+      jobs[0].params.temperature = 0;
+      jobs[0].params.max_tokens = max;
+      auto res = RunJobs(*h.engine, jobs);
+      EXPECT_EQ(res[0][0].tokens, RefGreedy(jobs[0].prompt, {}, max)) << max;
+      EXPECT_EQ(res[0][0].finish, FinishKind::kLength);
+    }
+  }
+}
+
+TEST_F(EngineSpec, EosInsideAnAcceptedSpanEndsTheSample) {
+  FakeOptions o;
+  o.eos_at_len = 60;  // EOS wins once the history reaches 60 tokens
+  auto drafter = std::make_shared<FakeDrafter>(o, false);
+  auto h = Make(SpecConfig(true, "fixed:5", drafter), o);
+  std::vector<Job> jobs(1);
+  jobs[0].prompt = Prompt(41, 9);
+  jobs[0].params.temperature = 0;
+  jobs[0].params.max_tokens = 100;
+  auto res = RunJobs(*h.engine, jobs);
+  EXPECT_EQ(res[0][0].tokens, RefGreedy(jobs[0].prompt, o, 100));
+  EXPECT_EQ(res[0][0].finish, FinishKind::kEos);
+  EXPECT_EQ(res[0][0].tokens.size(), 20u);
+}
+
+TEST_F(EngineSpec, PreemptionUnderMemoryPressureKeepsOutputsExact) {
+  EngineConfig base = FixedConfig(true);
+  base.num_blocks = 12;  // 1536 tokens for 10 requests of up to ~460: preemption
+  std::vector<Job> jobs;
+  for (int i = 0; i < 10; ++i) {
+    Job j;
+    j.prompt = Prompt(150 + i * 30, i);
+    j.params.temperature = 0;
+    j.params.max_tokens = 60;
+    jobs.push_back(j);
+  }
+  auto off = Make(base);
+  const auto want = RunJobs(*off.engine, jobs);
+  EngineConfig c = SpecConfig(true, "dspark", std::make_shared<FakeDrafter>(FakeOptions{}, true));
+  c.num_blocks = base.num_blocks;
+  auto h = Make(c);
+  const auto got = RunJobs(*h.engine, jobs);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i][0].error, "") << i;
+  ExpectSame(want, got);
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(want[i][0].tokens.size(), 60u);
+}
+
+// Allows only tokens whose id has the parity of the number accepted so far: the mask changes
+// every token, so a verify row's mask must follow the previous row's Accept.
+class Alternate : public MaskProvider {
+ public:
+  void FillMask(int, uint64_t* bits, size_t vocab) override {
+    const size_t parity = static_cast<size_t>(accepted_.load() % 2);
+    for (size_t t = parity; t < vocab; t += 2) bits[t / 64] |= 1ull << (t % 64);
+  }
+  void Accept(int, TokenId t) override {
+    if (static_cast<int>(t % 2) != accepted_.load() % 2) wrong_.fetch_add(1);
+    accepted_.fetch_add(1);
+  }
+  std::atomic<int> accepted_{0}, wrong_{0};
+};
+
+TEST_F(EngineSpec, GrammarMasksFollowEveryAcceptedToken) {
+  auto run = [&](const EngineConfig& c) {
+    auto h = Make(c);
+    auto mask = std::make_shared<Alternate>();
+    Collector col(1);
+    SamplingParams p;
+    p.max_tokens = 40;
+    p.temperature = 0;
+    EXPECT_TRUE(h.engine->Submit({Prompt(50, 5), p, mask}, col.Sink()).ok());
+    EXPECT_TRUE(col.Wait());
+    EXPECT_EQ(mask->wrong_.load(), 0);
+    return col.results()[0].tokens;
+  };
+  const auto want = run(FixedConfig(false));
+  ASSERT_EQ(want.size(), 40u);
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(want[k] % 2, k % 2);
+  for (bool async : {false, true}) {
+    EXPECT_EQ(run(SpecConfig(async, "fixed:5", std::make_shared<FakeDrafter>(FakeOptions{}, false))), want);
+    EXPECT_EQ(run(SpecConfig(async, "dspark", std::make_shared<FakeDrafter>(FakeOptions{}, true))), want);
+  }
+}
+
+// The distribution test: with a small vocabulary, the second generated token (the first one a
+// verify step emits) over many seeds against its exact probability Σ p(t1)·p(t2 | t1).
+TEST_F(EngineSpec, SampledTokensKeepTheTargetDistribution) {
+  FakeOptions o;
+  o.vocab = 12;
+  auto drafter = std::make_shared<FakeDrafter>(o, /*corrupt=*/true);
+  EngineConfig c = SpecConfig(true, "fixed:5", drafter);
+  c.max_running = 32;
+  c.max_queue = 4096;
+  auto h = Make(c, o);
+  const std::vector<TokenId> prompt = {5, 7, 3, 9};
+  auto softmax = [&](const std::vector<TokenId>& hist, float temp) {
+    std::vector<float> row(static_cast<size_t>(o.vocab));
+    FakeLogits(hist, o, row.data());
+    std::vector<double> p(row.size());
+    double z = 0;
+    const float mx = *std::max_element(row.begin(), row.end());
+    for (size_t v = 0; v < row.size(); ++v) z += p[v] = std::exp((row[v] - mx) / temp);
+    for (double& x : p) x /= z;
+    return p;
+  };
+  const float temp = 6.0f;  // flattens the fake logits (range ~8) so every token has mass
+  std::vector<double> expect(static_cast<size_t>(o.vocab), 0.0);
+  const auto p1 = softmax(prompt, temp);
+  for (int t1 = 0; t1 < o.vocab; ++t1) {
+    auto hist = prompt;
+    hist.push_back(static_cast<TokenId>(t1));
+    const auto p2 = softmax(hist, temp);
+    for (int t2 = 0; t2 < o.vocab; ++t2) expect[static_cast<size_t>(t2)] += p1[static_cast<size_t>(t1)] * p2[static_cast<size_t>(t2)];
+  }
+  constexpr int kDraws = 3000;
+  std::vector<Job> jobs(kDraws);
+  for (int i = 0; i < kDraws; ++i) {
+    jobs[static_cast<size_t>(i)].prompt = prompt;
+    jobs[static_cast<size_t>(i)].params.temperature = temp;
+    jobs[static_cast<size_t>(i)].params.max_tokens = 4;
+    jobs[static_cast<size_t>(i)].params.ignore_eos = true;
+    jobs[static_cast<size_t>(i)].params.seed = 100000 + static_cast<uint64_t>(i);
+  }
+  const auto res = RunJobs(*h.engine, jobs);
+  std::vector<int> seen(static_cast<size_t>(o.vocab), 0);
+  for (const auto& r : res) {
+    ASSERT_GE(r[0].tokens.size(), 2u);
+    seen[r[0].tokens[1]]++;
+  }
+  double chi2 = 0;
+  int dof = -1;
+  for (int v = 0; v < o.vocab; ++v) {
+    const double e = expect[static_cast<size_t>(v)] * kDraws;
+    if (e < 5) continue;  // pooled out: too rare for the test
+    chi2 += (seen[static_cast<size_t>(v)] - e) * (seen[static_cast<size_t>(v)] - e) / e;
+    ++dof;
+  }
+  ASSERT_GE(dof, 4);
+  // The 0.999 quantile of χ²(dof) is below 3.3·dof + 10 for dof in [4, 11].
+  EXPECT_LT(chi2, 3.3 * dof + 10) << "dof " << dof;
+  EXPECT_GT(h.engine->GetStats().spec_accepted_tokens, 0u);
+}
+
+TEST_F(EngineSpec, ConfigurationErrorsAreClear) {
+  auto model = std::make_unique<FakeModel>();
+  EngineConfig c = FixedConfig(false);
+  c.speculative = "dspark";
+  auto e = CreateEngine(c, std::make_unique<FakeModel>(), *EngineTokenizer());
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("drafter"), std::string::npos) << e.status().ToString();
+  c.drafter = std::make_shared<FakeDrafter>(FakeOptions{}, false);
+  for (const std::string bad : {"fixed:0", "fixed:9", "fixed:x", "sometimes"}) {
+    c.speculative = bad;
+    EXPECT_FALSE(CreateEngine(c, std::make_unique<FakeModel>(), *EngineTokenizer()).ok()) << bad;
+  }
+  c.speculative = "fixed:5";
+  c.draft_tokens = 6;  // 7-token spans: more than the ring's 6 spare slots
+  EXPECT_FALSE(CreateEngine(c, std::make_unique<FakeModel>(), *EngineTokenizer()).ok());
+  FakeOptions small;
+  small.vocab = 500;
+  c.draft_tokens = 5;
+  c.drafter = std::make_shared<FakeDrafter>(small, false);  // a drafter for another vocabulary
+  EXPECT_FALSE(CreateEngine(c, std::make_unique<FakeModel>(), *EngineTokenizer()).ok());
+}
+
+}  // namespace
+}  // namespace ladle::engine
