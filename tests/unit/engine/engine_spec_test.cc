@@ -18,6 +18,7 @@
 #include "engine_test_util.h"
 #include "fake_model.h"
 #include "ladle/engine/drafter.h"
+#include "ladle/engine/dspark_fit.h"
 #include "ladle/engine/engine_config.h"
 #include "ladle/engine/spec_policy.h"
 #include "runtime_harness.h"
@@ -292,6 +293,78 @@ TEST_F(EngineSpec, SampledTokensKeepTheTargetDistribution) {
   // The 0.999 quantile of χ²(dof) is below 3.3·dof + 10 for dof in [4, 11].
   EXPECT_LT(chi2, 3.3 * dof + 10) << "dof " << dof;
   EXPECT_GT(h.engine->GetStats().spec_accepted_tokens, 0u);
+}
+
+// The reference model, with a drafter fitted on it (dspark_fit.h): a verify span's rows are
+// bit-identical to one-by-one decodes (Linear is row-wise for short spans), so greedy tokens
+// and their logprobs match the unspeculated run exactly, with async scheduling on and off and
+// the SPS table profiled on this model.
+TEST_F(EngineSpec, OnTheReferenceModelGreedyOutputIsIdentical) {
+  ModelConfig mc;
+  mc.vocab_size = 4096;
+  mc.hidden = 64;
+  mc.heads = 2;
+  mc.head_dim = 32;
+  mc.experts = 4;
+  mc.experts_top_k = 2;
+  mc.expert_hidden = 64;
+  mc.window = 16;
+  mc.block_size = 16;
+  mc.swa_ring = 22;  // window + 6 spare slots
+  auto target = Model::Create(mc, "");
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  FitOptions fo;
+  fo.prompts = 32;
+  fo.gen_tokens = 120;
+  fo.prompt_min = 8;
+  fo.prompt_max = 24;
+  fo.draft_vocab = 2048;
+  fo.rank = 16;
+  fo.seed = 11;
+  auto rep = FitDrafter(**target, fo);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  auto drafter = MakeDrafter(rep->weights);
+  ASSERT_TRUE(drafter.ok()) << drafter.status().ToString();
+  std::shared_ptr<const Drafter> d = std::move(drafter).value();
+
+  std::vector<std::vector<TokenId>> prompts;
+  for (int len : {5, 15, 16, 17, 40, 100}) {
+    std::vector<TokenId> p;
+    for (int i = 0; i < len; ++i) p.push_back(static_cast<TokenId>(3 + (i * 131 + len * 7919) % 4000));
+    prompts.push_back(p);
+  }
+  auto run = [&](const std::string& mode, bool async) {
+    auto m = Model::Create(mc, "");
+    EXPECT_TRUE(m.ok());
+    EngineConfig c;
+    c.num_blocks = 128;
+    c.max_running = 16;
+    c.chunk_policy = "fixed";
+    c.chunk_tokens = 32;
+    c.async_scheduling = async;
+    c.speculative = mode;
+    c.drafter = d;
+    c.spec_max_step_tokens = 48;
+    c.profile_repeats = 1;
+    auto e = CreateEngine(c, std::move(m).value(), *EngineTokenizer());
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    auto got = testing::RunGreedy(**e, prompts, 48);
+    return std::make_pair(got, (*e)->GetStats());
+  };
+  const auto want = run("off", false).first;
+  for (const std::string mode : {"fixed:5", "dspark"}) {
+    for (bool async : {false, true}) {
+      SCOPED_TRACE(mode + (async ? " async" : " sync"));
+      const auto [got, st] = run(mode, async);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].error, "");
+        EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i;
+        EXPECT_EQ(got[i].logprobs, want[i].logprobs) << "prompt " << i;
+      }
+      EXPECT_GT(st.spec_accepted_tokens, 0u);  // the fitted drafter really drafts
+    }
+  }
 }
 
 TEST_F(EngineSpec, ConfigurationErrorsAreClear) {
