@@ -20,6 +20,7 @@ namespace {
 struct DsparkFitOpts {
   std::string out;
   std::string model;
+  std::string model_config;  // sizes the built-in seeded model (as `ladle serve --model-config`)
   engine::FitOptions fit;
 };
 
@@ -35,8 +36,8 @@ int RunFit(const DsparkFitOpts& o) {
     return 1;
   };
   engine::ModelConfig mc;
-  if (!o.model.empty()) {
-    auto c = engine::ModelConfig::FromFile(o.model + "/config.json");
+  if (!o.model.empty() || !o.model_config.empty()) {
+    auto c = engine::ModelConfig::FromFile(o.model.empty() ? o.model_config : o.model + "/config.json");
     if (!c.ok()) return fail(c.status());
     mc = *c;
   }
@@ -91,6 +92,8 @@ void RegisterDspark(CLI::App& app, RunFn* run) {
   fit->add_option("--out", opts->out, "output folder")->required();
   fit->add_option("--model", opts->model, "target weights folder (config.json + *.safetensors); empty: built-in")
       ->capture_default_str();
+  fit->add_option("--model-config", opts->model_config,
+                  "config.json sizing the built-in seeded model (as `ladle serve --model-config`)");
   fit->add_option("--prompts", opts->fit.prompts, "synthetic prompts (sequences)")
       ->capture_default_str()
       ->check(CLI::Range(3, 1 << 20));

@@ -45,9 +45,9 @@ struct Row {
 };
 
 // Held-out prompts: ordinary ids from a seed of their own.
-std::vector<std::vector<TokenId>> Prompts(int n, int len, uint64_t seed) {
+std::vector<std::vector<TokenId>> Prompts(int n, int len, uint64_t seed, int vocab) {
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<TokenId> id(1000, 100000);
+  std::uniform_int_distribution<TokenId> id(3, static_cast<TokenId>(std::min(100000, vocab - 1)));
   std::vector<std::vector<TokenId>> out(static_cast<size_t>(n));
   for (auto& p : out)
     for (int i = 0; i < len; ++i) p.push_back(id(rng));
@@ -159,6 +159,8 @@ int main(int argc, char** argv) {
   int max_tokens = 64, prompt_len = 64, fixed_n = 5, repeats = 1;
   uint64_t seed = 20261206;
   bool async = true;
+  std::string model_config;
+  app.add_option("--model-config", model_config, "config.json sizing the built-in seeded model (default: ModelConfig{})");
   app.add_option("--draft", draft, "drafter folder (default: fit one into --fit-dir when missing)");
   app.add_option("--fit-dir", fit_dir, "where a fitted drafter is cached")->capture_default_str();
   app.add_option("--concurrency", concs, "concurrent requests per run")->delimiter(',')->capture_default_str();
@@ -173,12 +175,18 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-async", async, "async scheduling off");
   CLI11_PARSE(app, argc, argv);
 
+  ModelConfig mc;
+  if (!model_config.empty()) {
+    auto c = ModelConfig::FromFile(model_config);
+    if (!c.ok()) return fmt::print(stderr, "{}\n", c.status().ToString()), 1;
+    mc = *c;
+  }
   auto tok = tokenizer::Tokenizer::FromFile(tokenizer_path);
   if (!tok.ok()) return fmt::print(stderr, "tokenizer: {}\n", tok.status().ToString()), 1;
   if (draft.empty()) {
     draft = fit_dir;
     if (!std::filesystem::exists(fit_dir + "/drafter.safetensors")) {
-      auto target = Model::Create(ModelConfig{}, "");
+      auto target = Model::Create(mc, "");
       if (!target.ok()) return fmt::print(stderr, "{}\n", target.status().ToString()), 1;
       fmt::print("fitting a drafter into {} (once) ...\n", fit_dir);
       auto rep = FitDrafter(**target, FitOptions{}, [](std::string_view phase, double f) {
@@ -199,7 +207,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::atomic<uint64_t> steps{0};
   for (const std::string& mode : modes) {
-    auto model = Model::Create(ModelConfig{}, "");
+    auto model = Model::Create(mc, "");
     if (!model.ok()) return fmt::print(stderr, "{}\n", model.status().ToString()), 1;
     EngineConfig c;
     c.max_running = std::max(64, *std::max_element(concs.begin(), concs.end()));
@@ -216,11 +224,11 @@ int main(int argc, char** argv) {
     auto eng = CreateEngine(c, std::move(model).value(), *tok);
     if (!eng.ok()) return fmt::print(stderr, "{}: {}\n", mode, eng.status().ToString()), 1;
     // Warm-up (threads, caches, first-touch of the KV pool).
-    (void)RunOne(**eng, Prompts(2, prompt_len, seed + 99), 8, &steps);
+    (void)RunOne(**eng, Prompts(2, prompt_len, seed + 99, mc.vocab_size), 8, &steps);
     for (int conc : concs) {
       std::optional<Row> best;
       for (int rep = 0; rep < repeats; ++rep) {
-        auto r = RunOne(**eng, Prompts(conc, prompt_len, seed + static_cast<uint64_t>(conc)), max_tokens, &steps);
+        auto r = RunOne(**eng, Prompts(conc, prompt_len, seed + static_cast<uint64_t>(conc), mc.vocab_size), max_tokens, &steps);
         if (!r.ok()) return fmt::print(stderr, "{} c={}: {}\n", mode, conc, r.status().ToString()), 1;
         if (!best || r->tok_s > best->tok_s) best = *r;
       }

@@ -134,6 +134,9 @@ void EngineImpl::DraftAfterSample(Batch* b) {
     es.push_back(&e);
   }
   if (in.empty()) return;
+  // At this load no draft could raise the throughput (the SPS curve is too steep): the
+  // drafter's cost would buy nothing, and the next step verifies none.
+  if (spec_->UsefulDrafts(static_cast<int64_t>(in.size())) == 0) return;
   std::vector<DraftOutput> out;
   drafter_->Draft(in, &out);
   LADLE_CHECK(out.size() == in.size());

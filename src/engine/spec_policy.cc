@@ -343,6 +343,9 @@ class DsparkSpecPolicy final : public SpecPolicy {
   std::vector<int> Lengths(std::span<const std::vector<float>> confidences, int64_t capacity) const override {
     return TopKLengths(confidences, capacity);
   }
+  int UsefulDrafts(int64_t requests) const override {
+    return DsparkCandidateBound(sps_, requests, max_tokens_, draft_tokens_);
+  }
 
  private:
   int draft_tokens_;
@@ -351,6 +354,17 @@ class DsparkSpecPolicy final : public SpecPolicy {
 };
 
 }  // namespace
+
+int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit) {
+  if (requests <= 0) return 0;
+  int m = 0;
+  for (int64_t b = requests; m < limit; ++b, ++m) {
+    if (max_tokens > 0 && b + 1 > max_tokens) break;
+    const double ratio = sps.At(b) / sps.At(b + 1);
+    if (static_cast<double>(requests) * (ratio - 1.0) >= 1.0) break;
+  }
+  return m;
+}
 
 std::unique_ptr<SpecPolicy> MakeFixedSpecPolicy(int n) { return std::make_unique<FixedSpecPolicy>(n); }
 

@@ -582,3 +582,37 @@ TEST(ProfileSpsTest, RejectsBadArguments) {
 
 }  // namespace
 }  // namespace ladle::engine
+
+namespace ladle::engine {
+namespace {
+
+// The bound the engine uses to skip drafting: Algorithm 1 never takes more candidates than it,
+// whatever the confidences (random instances, including all-ones confidences).
+TEST(SpecPolicyTest, CandidateBoundHoldsForEveryConfidence) {
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int it = 0; it < 2000; ++it) {
+    SpsTable t;
+    double sps = 1000;
+    for (int64_t b = 1; b <= 64; b += 1 + static_cast<int64_t>(rng() % 4)) {
+      t.tokens.push_back(b);
+      t.sps.push_back(sps);
+      sps *= 0.55 + 0.45 * u(rng);  // flat to steep
+    }
+    const int n = 1 + static_cast<int>(rng() % 6), gamma = 1 + static_cast<int>(rng() % 5);
+    std::vector<std::vector<float>> conf(static_cast<size_t>(n));
+    const bool ones = it % 4 == 0;
+    for (auto& c : conf)
+      for (int k = 0; k < gamma; ++k) c.push_back(ones ? 1.0f : static_cast<float>(u(rng)));
+    const int64_t cap = it % 3 == 0 ? 0 : n + static_cast<int64_t>(rng() % 20);
+    const VerifyPlan plan = PlanVerify(conf, t, cap);
+    const int bound = DsparkCandidateBound(t, n, cap, 1 << 20);
+    EXPECT_LE(plan.tokens - n, bound) << "instance " << it;
+    auto policy = MakeDsparkSpecPolicy(gamma, t, cap);
+    for (int l : plan.lengths) EXPECT_LE(l, policy->UsefulDrafts(n)) << "instance " << it;
+    if (ones && bound == 0) EXPECT_EQ(plan.tokens, n) << "instance " << it;
+  }
+}
+
+}  // namespace
+}  // namespace ladle::engine
