@@ -122,6 +122,11 @@ void EngineImpl::DraftAfterSample(Batch* b) {
   std::vector<DraftInput> in;
   std::vector<Entry*> es;
   const size_t H = static_cast<size_t>(model_->config().hidden);
+  // The largest first-draft confidence of the drafts just verified (π_1 ≥ every π of its
+  // request): the bound below uses it, so drafting stops where such confidences cannot pay.
+  double max_pi = -1;
+  for (Entry& e : b->entries)
+    if (e.sample && !e.dev->conf.empty()) max_pi = std::max(max_pi, static_cast<double>(e.dev->conf[0]));
   for (Entry& e : b->entries) {
     if (!e.sample || (e.spec && e.results.empty())) continue;
     DevSeq& d = *e.dev;
@@ -136,7 +141,14 @@ void EngineImpl::DraftAfterSample(Batch* b) {
   if (in.empty()) return;
   // At this load no draft could raise the throughput (the SPS curve is too steep): the
   // drafter's cost would buy nothing, and the next step verifies none.
-  if (spec_->UsefulDrafts(static_cast<int64_t>(in.size())) == 0) return;
+  // With no confidences seen last step (nothing was drafted), the last known maximum stands, and
+  // every 16th such step drafts anyway to refresh it.
+  if (max_pi >= 0) {
+    spec_max_pi_ = max_pi;
+  } else if (++spec_skipped_ % 16 == 0) {
+    spec_max_pi_ = 1.0;
+  }
+  if (spec_->UsefulDrafts(static_cast<int64_t>(in.size()), spec_max_pi_) == 0) return;
   std::vector<DraftOutput> out;
   drafter_->Draft(in, &out);
   LADLE_CHECK(out.size() == in.size());

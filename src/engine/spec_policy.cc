@@ -343,8 +343,8 @@ class DsparkSpecPolicy final : public SpecPolicy {
   std::vector<int> Lengths(std::span<const std::vector<float>> confidences, int64_t capacity) const override {
     return TopKLengths(confidences, capacity);
   }
-  int UsefulDrafts(int64_t requests) const override {
-    return DsparkCandidateBound(sps_, requests, max_tokens_, draft_tokens_);
+  int UsefulDrafts(int64_t requests, double max_pi) const override {
+    return DsparkCandidateBound(sps_, requests, max_tokens_, draft_tokens_, max_pi);
   }
 
  private:
@@ -355,13 +355,13 @@ class DsparkSpecPolicy final : public SpecPolicy {
 
 }  // namespace
 
-int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit) {
+int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit, double max_pi) {
   if (requests <= 0) return 0;
   int m = 0;
   for (int64_t b = requests; m < limit; ++b, ++m) {
     if (max_tokens > 0 && b + 1 > max_tokens) break;
     const double ratio = sps.At(b) / sps.At(b + 1);
-    if (static_cast<double>(requests) * (ratio - 1.0) >= 1.0) break;
+    if (static_cast<double>(requests) * (ratio - 1.0) >= std::min(1.0, max_pi)) break;
   }
   return m;
 }

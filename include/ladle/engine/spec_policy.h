@@ -81,16 +81,17 @@ class SpecPolicy {
   virtual int64_t Capacity(std::span<const std::vector<float>> confidences) const = 0;
   // Per-request verify lengths from current confidences under `capacity`.
   virtual std::vector<int> Lengths(std::span<const std::vector<float>> confidences, int64_t capacity) const = 0;
-  // The most drafts any one of `requests` decoding requests could be given, whatever their
-  // confidences: the engine skips the drafter when it is 0 (its cost would buy nothing).
-  virtual int UsefulDrafts(int64_t requests) const { return draft_tokens(); }
+  // The most drafts any one of `requests` decoding requests could be given when no acceptance
+  // product exceeds `max_pi`: the engine skips the drafter when it is 0 (its cost would buy
+  // nothing).
+  virtual int UsefulDrafts(int64_t requests, double max_pi) const { return draft_tokens(); }
 };
 
-// For Algorithm 1 over `sps` with `requests` requests: an upper bound on the candidates it can
-// take, at most `limit`. Candidate j (B = N + j → B + 1) needs π > τ·(SPS(B)/SPS(B + 1) − 1)
-// with π ≤ 1 and τ ≥ N, so none past the first j where N·(SPS(B)/SPS(B + 1) − 1) ≥ 1 (or
-// where B + 1 passes max_tokens) is ever taken.
-int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit);
+// For Algorithm 1 over `sps` with `requests` requests whose acceptance products are at most
+// `max_pi` (≤ 1): an upper bound on the candidates it can take, at most `limit`. Candidate j
+// (B = N + j → B + 1) needs π > τ·(SPS(B)/SPS(B + 1) − 1) with τ ≥ N, so none past the first j
+// where N·(SPS(B)/SPS(B + 1) − 1) ≥ max_pi (or where B + 1 passes max_tokens) is ever taken.
+int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit, double max_pi = 1.0);
 
 // "fixed:N": every request verifies min(N, its drafts); confidences are ignored.
 std::unique_ptr<SpecPolicy> MakeFixedSpecPolicy(int n);

@@ -609,7 +609,12 @@ TEST(SpecPolicyTest, CandidateBoundHoldsForEveryConfidence) {
     const int bound = DsparkCandidateBound(t, n, cap, 1 << 20);
     EXPECT_LE(plan.tokens - n, bound) << "instance " << it;
     auto policy = MakeDsparkSpecPolicy(gamma, t, cap);
-    for (int l : plan.lengths) EXPECT_LE(l, policy->UsefulDrafts(n)) << "instance " << it;
+    for (int l : plan.lengths) EXPECT_LE(l, policy->UsefulDrafts(n, 1.0)) << "instance " << it;
+    // With the largest product as the bound's π: still an upper bound.
+    double top = 0;
+    for (const auto& c : conf)
+      if (!c.empty()) top = std::max(top, static_cast<double>(c[0]));
+    EXPECT_LE(plan.tokens - n, DsparkCandidateBound(t, n, cap, 1 << 20, top)) << "instance " << it;
     if (ones && bound == 0) EXPECT_EQ(plan.tokens, n) << "instance " << it;
   }
 }
