@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
     c.draft_tokens = d->config().draft_tokens;
     c.spec_sps_path = sps_path;
     c.prefix_cache = false;
+    c.chunk_policy = "fixed";  // prompts are short: no cost-model profile per engine
     c.on_step = [&](const StepRecord& r) {
       if (r.decodes > 0) steps += 1;
     };

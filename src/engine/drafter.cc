@@ -71,10 +71,16 @@ class DrafterImpl final : public Drafter {
 
   const DrafterConfig& config() const override { return config_; }
 
-  void Draft(std::span<const DraftInput> in, std::vector<DraftOutput>* out) const override { Run(in, out, nullptr); }
+  void DraftPrefix(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out) const override {
+    Run(in, positions, out, nullptr);
+  }
 
-  void Run(std::span<const DraftInput> in, std::vector<DraftOutput>* out, std::vector<float>* features) const {
-    const int H = config_.hidden, G = config_.draft_tokens, Vd = config_.draft_vocab, R = config_.rank;
+  void Run(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out,
+           std::vector<float>* features) const {
+    // Position k depends on positions < k only (the backbone is per position, the Markov bias
+    // on the previous draft), so a prefix of the positions is the prefix of a full pass.
+    const int H = config_.hidden, G = std::clamp(positions, 0, config_.draft_tokens), Vd = config_.draft_vocab,
+              R = config_.rank;
     const size_t n = in.size();
     out->assign(n, DraftOutput{});
     if (n == 0) return;
@@ -240,7 +246,7 @@ Status DraftWithFeatures(const Drafter& d, std::span<const DraftInput> in, std::
                          std::vector<float>* features) {
   const auto* impl = dynamic_cast<const DrafterImpl*>(&d);
   if (impl == nullptr) return InvalidArgument("DraftWithFeatures: not a DSpark drafter");
-  impl->Run(in, out, features);
+  impl->Run(in, impl->config().draft_tokens, out, features);
   return Status::Ok();
 }
 

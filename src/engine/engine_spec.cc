@@ -148,9 +148,10 @@ void EngineImpl::DraftAfterSample(Batch* b) {
   } else if (++spec_skipped_ % 16 == 0) {
     spec_max_pi_ = 1.0;
   }
-  if (spec_->UsefulDrafts(static_cast<int64_t>(in.size()), spec_max_pi_) == 0) return;
+  const int positions = std::min(gamma_, spec_->UsefulDrafts(static_cast<int64_t>(in.size()), spec_max_pi_));
+  if (positions == 0) return;
   std::vector<DraftOutput> out;
-  drafter_->Draft(in, &out);
+  drafter_->DraftPrefix(in, positions, &out);
   LADLE_CHECK(out.size() == in.size());
   for (size_t i = 0; i < es.size(); ++i) {
     DevSeq& d = *es[i]->dev;

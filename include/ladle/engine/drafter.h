@@ -57,9 +57,14 @@ class Drafter {
   static Result<std::unique_ptr<Drafter>> Load(const std::string& dir);
 
   virtual const DrafterConfig& config() const = 0;
-  // Drafts config().draft_tokens tokens for each input (batched: the backbone and head run as
-  // one GEMM over all sequences). Deterministic: same inputs, same outputs, in any batch.
-  virtual void Draft(std::span<const DraftInput> in, std::vector<DraftOutput>* out) const = 0;
+  // Drafts config().draft_tokens tokens for each input (batched: each weight is applied to every
+  // sequence while it is in cache). Deterministic: same inputs, same outputs, in any batch.
+  void Draft(std::span<const DraftInput> in, std::vector<DraftOutput>* out) const {
+    DraftPrefix(in, config().draft_tokens, out);
+  }
+  // Only the first `positions` drafts and confidences (at most draft_tokens), bit for bit the
+  // first ones of a full pass: a verify policy that can use at most k drafts pays for k.
+  virtual void DraftPrefix(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out) const = 0;
 };
 
 }  // namespace ladle::engine

@@ -41,7 +41,7 @@ class FakeDrafter : public Drafter {
     c_.draft_tokens = kGamma;
   }
   const DrafterConfig& config() const override { return c_; }
-  void Draft(std::span<const DraftInput> in, std::vector<DraftOutput>* out) const override {
+  void DraftPrefix(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out) const override {
     out->assign(in.size(), {});
     std::vector<float> row(static_cast<size_t>(o_.vocab));
     for (size_t i = 0; i < in.size(); ++i) {
@@ -52,7 +52,7 @@ class FakeDrafter : public Drafter {
       len += 1;
       const int reject_at = corrupt_ ? static_cast<int>((FakeMix(x ^ 0x5bd1) >> 7) % (kGamma + 1)) : kGamma;
       reject_counts_[static_cast<size_t>(reject_at)]++;
-      for (int k = 0; k < kGamma; ++k) {
+      for (int k = 0; k < std::min(positions, kGamma); ++k) {
         FakeLogitsOfHash(x, len, o_, row.data());
         TokenId d = 0;
         for (int v = 1; v < o_.vocab; ++v)
@@ -325,6 +325,24 @@ TEST_F(EngineSpec, OnTheReferenceModelGreedyOutputIsIdentical) {
   auto drafter = MakeDrafter(rep->weights);
   ASSERT_TRUE(drafter.ok()) << drafter.status().ToString();
   std::shared_ptr<const Drafter> d = std::move(drafter).value();
+  {
+    // A prefix pass (what the engine runs when only k drafts can pay) is the full pass's prefix.
+    std::vector<std::vector<float>> hs(3, std::vector<float>(static_cast<size_t>(mc.hidden)));
+    for (size_t i = 0; i < hs.size(); ++i)
+      for (size_t j = 0; j < hs[i].size(); ++j) hs[i][j] = std::sin(static_cast<float>(i * 31 + j));
+    std::vector<DraftInput> in;
+    for (size_t i = 0; i < hs.size(); ++i) in.push_back({hs[i], static_cast<TokenId>(rep->weights.d2t[i * 5])});
+    std::vector<DraftOutput> full, part;
+    d->Draft(in, &full);
+    for (int k = 0; k <= d->config().draft_tokens; ++k) {
+      d->DraftPrefix(in, k, &part);
+      for (size_t i = 0; i < in.size(); ++i) {
+        ASSERT_EQ(part[i].tokens.size(), static_cast<size_t>(k));
+        EXPECT_TRUE(std::equal(part[i].tokens.begin(), part[i].tokens.end(), full[i].tokens.begin()));
+        EXPECT_TRUE(std::equal(part[i].confidences.begin(), part[i].confidences.end(), full[i].confidences.begin()));
+      }
+    }
+  }
 
   std::vector<std::vector<TokenId>> prompts;
   for (int len : {5, 15, 16, 17, 40, 100}) {
