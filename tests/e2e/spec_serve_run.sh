@@ -41,6 +41,9 @@ start "$work/plain.log"
 plain=$port
 start "$work/fixed.log" --speculative fixed:3 --draft "$work/drafter" --draft-tokens 3
 fixed=$port
+# A nearly flat throughput curve (a GPU's shape at small batches), so Algorithm 1 verifies drafts
+# even at this drafter's low confidences.
+printf 'ladle-sps/v1\n1 100\n512 99.9\n' > "$work/sps.txt"
 start "$work/dspark.log" --speculative dspark --draft "$work/drafter" --spec-sps "$work/sps.txt"
 dspark=$port
 
@@ -89,13 +92,12 @@ assert m["ladle_spec_accepted_tokens_total"] <= m["ladle_spec_draft_tokens_total
 assert m['ladle_spec_verify_length_bucket{le="3"}'] == m["ladle_spec_verify_length_count"] > 0
 assert m['ladle_spec_verify_length_bucket{le="+Inf"}'] == m["ladle_spec_verify_length_count"]
 d = metrics(dspark)
-assert "ladle_spec_verify_tokens_total" in d and d["ladle_spec_verify_length_count"] > 0, d
+assert d["ladle_spec_draft_tokens_total"] > 0 and d["ladle_spec_verify_length_count"] > 0, d
 assert "ladle_spec_verify_tokens_total" not in metrics(plain), "a server without speculation reports no spec counters"
 print(f"spec serve: greedy text and logprobs equal over 8 streams; fixed:3 verified "
       f"{int(m['ladle_spec_draft_tokens_total'])} drafts, accepted {int(m['ladle_spec_accepted_tokens_total'])}; "
       f"dspark verified {int(d['ladle_spec_draft_tokens_total'])}")
 PY
-[ -s "$work/sps.txt" ] || { echo "dspark did not save its SPS table" >&2; exit 1; }
 
 for pid in "${pids[@]}"; do kill -TERM "$pid"; done
 for pid in "${pids[@]}"; do

@@ -4,6 +4,8 @@
 #include "ladle/engine/drafter.h"
 
 #include <gtest/gtest.h>
+
+#include "engine_test_util.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,20 +36,7 @@ struct ScratchDir {
   ~ScratchDir() { std::filesystem::remove_all(path); }
 };
 
-ModelConfig SmallTarget() {
-  ModelConfig c;
-  c.vocab_size = 4096;
-  c.hidden = 64;
-  c.heads = 2;
-  c.head_dim = 32;
-  c.experts = 4;
-  c.experts_top_k = 2;
-  c.expert_hidden = 64;
-  c.window = 16;
-  c.block_size = 16;
-  c.swa_ring = 22;
-  return c;
-}
+ModelConfig SmallTarget() { return testing::TinyModelConfig(4096); }
 
 FitOptions SmallFit() {
   FitOptions o;

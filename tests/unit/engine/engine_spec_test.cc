@@ -299,17 +299,7 @@ TEST_F(EngineSpec, SampledTokensKeepTheTargetDistribution) {
 // bit-identical to one-by-one decodes (Linear is row-wise for short spans), so greedy tokens
 // and their logprobs match the unspeculated run exactly, with async scheduling on and off.
 TEST_F(EngineSpec, OnTheReferenceModelGreedyOutputIsIdentical) {
-  ModelConfig mc;
-  mc.vocab_size = 4096;
-  mc.hidden = 64;
-  mc.heads = 2;
-  mc.head_dim = 32;
-  mc.experts = 4;
-  mc.experts_top_k = 2;
-  mc.expert_hidden = 64;
-  mc.window = 16;
-  mc.block_size = 16;
-  mc.swa_ring = 22;  // window + 6 spare slots
+  const ModelConfig mc = TinyModelConfig(4096);  // window 16, ring 22 (6 spare), blocks of 16
   auto target = Model::Create(mc, "");
   ASSERT_TRUE(target.ok()) << target.status().ToString();
   FitOptions fo;

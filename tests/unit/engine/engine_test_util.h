@@ -59,6 +59,23 @@ inline const tokenizer::Tokenizer* EngineTokenizer() {
   return tok ? &*tok : nullptr;
 }
 
+// The reference model small enough that a test runs in milliseconds, shaped so that windows,
+// rings and blocks all wrap within a few dozen tokens: window 16, ring 22 (6 spare), blocks of 16.
+inline ModelConfig TinyModelConfig(int vocab_size) {
+  ModelConfig c;
+  c.vocab_size = vocab_size;
+  c.hidden = 64;
+  c.heads = 2;
+  c.head_dim = 32;
+  c.experts = 4;
+  c.experts_top_k = 2;
+  c.expert_hidden = 64;
+  c.window = 16;
+  c.block_size = 16;
+  c.swa_ring = 22;
+  return c;
+}
+
 // A prompt of `len` ids in [100, 8100) that differs by `salt` (fits an 8192-token vocabulary).
 inline std::vector<TokenId> PatternPrompt(int len, int salt) {
   std::vector<TokenId> p(static_cast<size_t>(len));

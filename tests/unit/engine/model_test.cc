@@ -2,6 +2,8 @@
 // rollback, forks, replay), safetensors, config, validation, and measured speed.
 #include <gtest/gtest.h>
 
+#include "engine_test_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,20 +29,7 @@ using model::RefModel;
 
 // Small enough that a test runs in milliseconds, shaped so that windows, rings and blocks
 // all wrap within a few dozen tokens: window 16, ring 22 (6 spare), blocks of 16.
-ModelConfig Tiny() {
-  ModelConfig c;
-  c.vocab_size = 1000;
-  c.hidden = 64;
-  c.heads = 2;
-  c.head_dim = 32;
-  c.experts = 4;
-  c.experts_top_k = 2;
-  c.expert_hidden = 64;
-  c.window = 16;
-  c.block_size = 16;
-  c.swa_ring = 22;
-  return c;
-}
+ModelConfig Tiny() { return testing::TinyModelConfig(1000); }
 
 std::unique_ptr<Model> MakeModel(const ModelConfig& c, const std::string& dir = "") {
   auto m = Model::Create(c, dir);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine_test_util.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -504,20 +506,7 @@ TEST(SpecPolicyTest, DsparkCapsCapacity) {
 
 // ---------------------------------------------------------------------------------------------
 
-ModelConfig SmallModel() {
-  ModelConfig c;
-  c.vocab_size = 2000;
-  c.hidden = 64;
-  c.heads = 2;
-  c.head_dim = 32;
-  c.experts = 4;
-  c.experts_top_k = 2;
-  c.expert_hidden = 64;
-  c.window = 16;
-  c.block_size = 16;
-  c.swa_ring = 22;
-  return c;
-}
+ModelConfig SmallModel() { return testing::TinyModelConfig(2000); }
 
 void ExpectWellFormed(const SpsTable& t) {
   ASSERT_TRUE(t.Validate().ok()) << t.Validate().ToString();
