@@ -131,6 +131,9 @@ class DrafterImpl final : public Drafter {
           a += static_cast<double>(conf_w_[static_cast<size_t>(k) * kDraftFeatures + j]) * f[j];
         a /= conf_t_[static_cast<size_t>(k)];
         double c = 1.0 / (1.0 + std::exp(-a));
+        // Weights that overflow (finite, but huge) give non-finite logits and a NaN here: such a
+        // draft cannot be scored, so it gets the lowest confidence (found by spec_load_fuzz).
+        if (std::isnan(c)) c = 0.0;
         // Strictly inside (0, 1): a policy takes logs and products of these.
         c = std::clamp(c, 1e-6, 1.0 - 1e-6);
         o.tokens[static_cast<size_t>(k)] = d2t_[static_cast<size_t>(best)];

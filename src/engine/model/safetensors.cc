@@ -82,7 +82,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
   const uint8_t* data = base + 8 + header_len;
   size_t data_size = f->size_ - 8 - header_len;
 
-  for (const auto& [name, v] : parsed->as_object()) {
+  for (const auto& [key, v] : parsed->as_object()) {
+    const std::string& name = key;  // clang 14 cannot capture a structured binding in a lambda
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& why) { return ParseError(path + ": tensor '" + name + "': " + why); };
     const json::Value* dt = v.Find("dtype");
