@@ -37,6 +37,7 @@
 
 #include "engine_impl.h"
 #include "ladle/core/logging.h"
+#include "ladle/core/numbers.h"
 
 namespace ladle::engine {
 
@@ -200,16 +201,10 @@ Result<std::unique_ptr<SpecPolicy>> MakeEngineSpecPolicy(const EngineConfig& con
                                        rollback - 1, rollback, dc.draft_tokens, config.draft_tokens));
   }
   if (mode.rfind("fixed:", 0) == 0) {
-    int n = 0;
-    try {
-      size_t used = 0;
-      n = std::stoi(mode.substr(6), &used);
-      if (used != mode.size() - 6) n = 0;
-    } catch (const std::exception&) {
-      n = 0;
-    }
+    const std::optional<int64_t> parsed = ParseI64(std::string_view(mode).substr(6));
+    const int64_t n = parsed.value_or(0);
     if (n < 1 || n > gamma) return InvalidArgument(fmt::format("'{}': N must be in [1, {}] (the draft tokens)", mode, gamma));
-    return MakeFixedSpecPolicy(n);
+    return MakeFixedSpecPolicy(static_cast<int>(n));
   }
   if (mode != "dspark") return InvalidArgument("unknown speculative mode '" + mode + "' (off, fixed:N or dspark)");
   SpsTable sps;
