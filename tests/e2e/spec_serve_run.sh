@@ -47,40 +47,20 @@ printf 'ladle-sps/v1\n1 100\n512 99.9\n' > "$work/sps.txt"
 start "$work/dspark.log" --speculative dspark --draft "$work/drafter" --spec-sps "$work/sps.txt"
 dspark=$port
 
-python3 - "$plain" "$fixed" "$dspark" <<'PY'
-import json, sys, threading, urllib.request
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)" python3 - "$plain" "$fixed" "$dspark" <<'PY'
+import os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from serve_util import metrics, post_chat, run_all as run_streams
 
 plain, fixed, dspark = sys.argv[1:4]
 
 def chat(port, i):
-    body = {"model": "ladle", "temperature": 0, "max_tokens": 24, "logprobs": True,
-            "messages": [{"role": "user", "content": f"Question {i}: " + "speculate about drafts " * (i % 4 + 1)}]}
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        c = json.load(r)["choices"][0]
-        return c["message"]["content"], [t["logprob"] for t in c["logprobs"]["content"]]
+    c = post_chat(port, {"model": "ladle", "temperature": 0, "max_tokens": 24, "logprobs": True,
+                         "messages": [{"role": "user", "content": f"Question {i}: " + "speculate about drafts " * (i % 4 + 1)}]})
+    return c["message"]["content"], [t["logprob"] for t in c["logprobs"]["content"]]
 
 def run_all(port, n=8):
-    out = [None] * n
-    def one(i):
-        out[i] = chat(port, i)
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in ts: t.start()
-    for t in ts: t.join(180)
-    assert all(o is not None for o in out), "a request did not finish"
-    return out
-
-def metrics(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    m = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        name, value = line.rsplit(" ", 1)
-        m[name] = float(value)
-    return m
+    return run_streams(lambda i: chat(port, i), n)
 
 a = run_all(plain)
 for port in (fixed, dspark):

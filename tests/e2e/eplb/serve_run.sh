@@ -36,39 +36,19 @@ start "$work/skew.log" --ep 4 --redundant-experts 4 --eplb-window 8 --eplb-inter
   --router-skew-half-life 1000000
 skew=$port
 
-python3 - "$plain" "$ep" "$skew" <<'PY'
-import json, re, sys, threading, urllib.request
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" python3 - "$plain" "$ep" "$skew" <<'PY'
+import os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from serve_util import metrics, post_chat, run_all as run_streams
 
 plain, ep, skew = sys.argv[1:4]
 
 def chat(port, i):
-    body = {"model": "ladle", "temperature": 0, "max_tokens": 24,
-            "messages": [{"role": "user", "content": f"Question {i}: " + "tell me about experts " * (i % 5 + 1)}]}
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.load(r)["choices"][0]["message"]["content"]
+    return post_chat(port, {"model": "ladle", "temperature": 0, "max_tokens": 24,
+                            "messages": [{"role": "user", "content": f"Question {i}: " + "tell me about experts " * (i % 5 + 1)}]})["message"]["content"]
 
 def run_all(port, n=16):
-    out = [None] * n
-    def one(i):
-        out[i] = chat(port, i)
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in ts: t.start()
-    for t in ts: t.join(180)
-    assert all(o is not None for o in out), "a request did not finish"
-    return out
-
-def metrics(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    m = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        name, value = line.rsplit(" ", 1)
-        m[name] = float(value)
-    return m
+    return run_streams(lambda i: chat(port, i), n)
 
 a = run_all(plain)
 b = run_all(ep)
