@@ -273,15 +273,6 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
     LADLE_ASSIGN_OR_RETURN(auto drafter, engine::Drafter::Load(o.draft));
     ec.drafter = std::shared_ptr<const engine::Drafter>(std::move(drafter));
   }
-  if (ec.speculative != "off" && ec.spec_sps_path.empty() && dp > 1) {
-    // Profiled once, by the first rank, into a file the other ranks load.
-    if (stack->fetcher_dir.empty()) {
-      char tmpl[] = "/tmp/ladle-serve-XXXXXX";
-      if (::mkdtemp(tmpl) == nullptr) return IoError("cannot make a private directory");
-      stack->fetcher_dir = tmpl;
-    }
-    ec.spec_sps_path = stack->fetcher_dir + "/sps.txt";
-  }
   ec.swa_pool_bytes = static_cast<uint64_t>(o.swa_pool_mb) << 20;
   ec.swa_ttl_ms = o.swa_ttl_s * 1000;
   ec.swa_directory = std::move(swa_directory);
@@ -309,11 +300,15 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
   // The store's owner: a `ladle kv-fetcher` child by default (reads land in its shm pool and
   // are copied into the KV from there; it is restarted if it dies), one already running
   // (socket:PATH, as `ladle cluster` shares one per machine), or this process.
-  if (!o.kv_store.empty() || o.kv_fetcher.rfind("socket:", 0) == 0) {
+  // The stack's private directory (the fetcher's socket, files the ranks share), made once.
+  auto private_dir = [&]() -> Status {
+    if (!stack->fetcher_dir.empty()) return Status::Ok();
     char tmpl[] = "/tmp/ladle-serve-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return IoError("cannot make a private directory");
     stack->fetcher_dir = tmpl;
-  }
+    return Status::Ok();
+  };
+  if (!o.kv_store.empty() || o.kv_fetcher.rfind("socket:", 0) == 0) LADLE_RETURN_IF_ERROR(private_dir());
   if (o.kv_fetcher.rfind("socket:", 0) == 0) {
     const std::string path = o.kv_fetcher.substr(7);
     auto store = kvcache::FetcherStore::Create(
@@ -352,12 +347,13 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
   // The cost model: profiled once (by the first rank) into a file the other ranks load, and
   // reported to entrypoints (compute-quota).
   if (ec.chunk_policy == "time" && ec.cost_model_path.empty() && (dp > 1 || !stack->fetcher_dir.empty())) {
-    if (stack->fetcher_dir.empty()) {
-      char tmpl[] = "/tmp/ladle-serve-XXXXXX";
-      if (::mkdtemp(tmpl) == nullptr) return IoError("cannot make a private directory");
-      stack->fetcher_dir = tmpl;
-    }
+    LADLE_RETURN_IF_ERROR(private_dir());
     ec.cost_model_path = stack->fetcher_dir + "/cost_model.txt";
+  }
+  // Likewise the SPS table of dspark: profiled once, by the first rank.
+  if (ec.speculative != "off" && ec.spec_sps_path.empty() && dp > 1) {
+    LADLE_RETURN_IF_ERROR(private_dir());
+    ec.spec_sps_path = stack->fetcher_dir + "/sps.txt";
   }
   for (int i = 0; i < dp; ++i) {
     LADLE_ASSIGN_OR_RETURN(auto eng, engine::CreateEngine(ec, std::move(models[static_cast<size_t>(i)]), *t.version_tok));
