@@ -513,16 +513,9 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
               if (e.verify >= 0) SampleSpec(b.get(), e, &row);
               continue;
             }
-            std::span<float> logits(b->logits.data() + row * vocab_, vocab_);
-            ++row;
             DevSeq& d = *e.dev;
-            const uint64_t* mask = d.mask ? d.mask_bits.data() : nullptr;
-            if (config_.eos_logit_bias != 0.0f && !d.params.ignore_eos && config_.eos_id < logits.size()) {
-              logits[config_.eos_id] += config_.eos_logit_bias;
-            }
-            e.result = SampleToken(logits, d.params, &d.sampler, mask, valid_vocab_);
-            if (d.mask) d.mask->Accept(d.index, e.result.token);
-            d.last_token = e.result.token;
+            e.result = SampleRow(d, std::span<float>(b->logits.data() + row * vocab_, vocab_));
+            ++row;
             d.pos = e.start_pos + (e.decode ? 1 : static_cast<int64_t>(e.tokens.size()));
             d.emitted += 1;
             if (e.handoff) CaptureHandoffSampler(e);
@@ -537,6 +530,17 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
         b->cv.notify_all();
       },
       false);
+}
+
+Sampled EngineImpl::SampleRow(DevSeq& d, std::span<float> logits) {
+  const uint64_t* mask = d.mask ? d.mask_bits.data() : nullptr;
+  if (config_.eos_logit_bias != 0.0f && !d.params.ignore_eos && config_.eos_id < logits.size()) {
+    logits[config_.eos_id] += config_.eos_logit_bias;
+  }
+  Sampled r = SampleToken(logits, d.params, &d.sampler, mask, valid_vocab_);
+  if (d.mask) d.mask->Accept(d.index, r.token);
+  d.last_token = r.token;
+  return r;
 }
 
 void EngineImpl::PostProcess(const std::shared_ptr<Batch>& b) {

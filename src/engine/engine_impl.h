@@ -246,6 +246,9 @@ class EngineImpl : public Engine {
   void StartMasks(const std::shared_ptr<Batch>& b);  // device thread, before the forward
   void LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap);
   void LaunchSample(const std::shared_ptr<Batch>& b);
+  // Device thread: one row of logits → the sample's next token (EOS bias, its mask bits as
+  // filled, the sampler), accepted by its mask provider; it becomes last_token.
+  Sampled SampleRow(DevSeq& d, std::span<float> logits);
   void PostProcess(const std::shared_ptr<Batch>& b);
   void AcceptToken(Seq* s, const Sampled& r);
   void FinishSeq(Seq* s, FinishKind kind, TokenEvent* last, std::string matched, std::string error);

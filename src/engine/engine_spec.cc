@@ -88,19 +88,12 @@ void EngineImpl::SampleSpec(Batch* b, Entry& e, size_t* row) {
   const auto& p = d.params;
   int accepted = 0;
   for (int r = 0; r <= L; ++r) {
-    std::span<float> logits(b->logits.data() + (*row + static_cast<size_t>(r)) * vocab_, vocab_);
     if (d.mask && r > 0) {
       // Row r's mask follows the previous row's Accept: filled here, in order.
       d.mask_bits.assign((vocab_ + 63) / 64, 0);
       d.mask->FillMask(d.index, d.mask_bits.data(), vocab_);
     }
-    const uint64_t* mask = d.mask ? d.mask_bits.data() : nullptr;
-    if (config_.eos_logit_bias != 0.0f && !p.ignore_eos && config_.eos_id < logits.size()) {
-      logits[config_.eos_id] += config_.eos_logit_bias;
-    }
-    Sampled res = SampleToken(logits, p, &d.sampler, mask, valid_vocab_);
-    if (d.mask) d.mask->Accept(d.index, res.token);
-    d.last_token = res.token;
+    Sampled res = SampleRow(d, std::span<float>(b->logits.data() + (*row + static_cast<size_t>(r)) * vocab_, vocab_));
     const TokenId tok = res.token;
     const bool dead = std::isinf(res.logprob) && res.logprob < 0;
     e.results.push_back(std::move(res));
@@ -140,10 +133,10 @@ void EngineImpl::DraftAfterSample(Batch* b) {
     es.push_back(&e);
   }
   if (in.empty()) return;
-  // At this load no draft could raise the throughput (the SPS curve is too steep): the
-  // drafter's cost would buy nothing, and the next step verifies none.
   // With no confidences seen last step (nothing was drafted), the last known maximum stands, and
-  // every 16th such step drafts anyway to refresh it.
+  // every 16th such step drafts anyway to refresh it. Where no draft could raise the throughput
+  // at this load (the SPS curve is too steep) the drafter is not run: its cost would buy
+  // nothing, and the next step verifies none.
   if (max_pi >= 0) {
     spec_max_pi_ = max_pi;
   } else if (++spec_skipped_ % 16 == 0) {
@@ -176,10 +169,6 @@ void EngineImpl::PostProcessSpec(Seq* s, Entry& e) {
     s->sampled = s->generated + s->inflight;
   }
 }
-
-}  // namespace ladle::engine
-
-namespace ladle::engine {
 
 Result<std::unique_ptr<SpecPolicy>> MakeEngineSpecPolicy(const EngineConfig& config, Model& model, KvStorage& kv) {
   const std::string& mode = config.speculative;

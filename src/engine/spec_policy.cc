@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <string_view>
 
+#include "ladle/core/numbers.h"
 #include "ladle/engine/model.h"
 
 namespace ladle::engine {
@@ -41,14 +41,6 @@ std::vector<Candidate> Candidates(std::span<const std::vector<float>> confidence
     for (size_t k = 0; k < pi.size(); ++k) out.push_back({pi[k], static_cast<int>(k), static_cast<int>(i)});
   }
   return out;
-}
-
-// Strict parse of a whole field (no trailing junk, unlike operator>>, which reads "12.5" as 12).
-template <typename T>
-bool ParseField(std::string_view s, T* out) {
-  const char* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, *out);
-  return ec == std::errc() && p == end;
 }
 
 std::vector<std::string_view> Fields(std::string_view line) {
@@ -129,12 +121,13 @@ Result<SpsTable> SpsTable::Load(const std::string& path) {
     ++line_no;
     const auto fields = Fields(line);
     if (fields.empty()) continue;  // blank lines (a trailing newline, hand edits) are harmless
-    int64_t tok = 0;
-    double rate = 0;
-    if (fields.size() != 2 || !ParseField(fields[0], &tok) || !ParseField(fields[1], &rate))
+    // Whole fields only (no trailing junk, unlike operator>>, which reads "12.5" as 12).
+    const std::optional<int64_t> tok = fields.size() == 2 ? ParseI64(fields[0]) : std::nullopt;
+    const std::optional<double> rate = fields.size() == 2 ? ParseDouble(fields[1]) : std::nullopt;
+    if (!tok || !rate)
       return InvalidArgument(fmt::format("{}:{}: expected \"tokens sps\", got \"{}\"", path, line_no, line));
-    t.tokens.push_back(tok);
-    t.sps.push_back(rate);
+    t.tokens.push_back(*tok);
+    t.sps.push_back(*rate);
   }
   if (f.bad()) return IoError(fmt::format("cannot read SPS table {}", path));
   LADLE_RETURN_IF_ERROR(t.Validate().WithContext(path));
