@@ -27,9 +27,7 @@ using Clock = std::chrono::steady_clock;
 void EngineImpl::HashPrefix(Seq* s, int64_t blocks) {
   while (static_cast<int64_t>(s->hashes.size()) < blocks) {
     const size_t i = s->hashes.size();
-    s->hashes.push_back(HashBlock(i == 0 ? nullptr : &s->hashes[i - 1],
-                                  std::span<const TokenId>(s->tokens).subspan(i * block_size_, block_size_),
-                                  key_extras_));
+    s->hashes.push_back(SeqBlockHash(s, i));
   }
 }
 

@@ -97,7 +97,9 @@ Result<RequestId> EngineImpl::Submit(SubmitRequest request, OutputSink sink) {
   if (static_cast<int64_t>(request.prompt.size()) + 1 > static_cast<int64_t>(config_.num_blocks) * block_size_)
     return InvalidArgument("prompt does not fit in the KV block pool");
   auto r = std::make_shared<Request>();
+  LADLE_RETURN_IF_ERROR(CheckImages(request));
   r->prompt = std::move(request.prompt);
+  r->images = std::move(request.images);
   r->params = p;
   r->mask = std::move(request.mask);
   r->agent_traffic = request.agent_traffic;
@@ -400,6 +402,58 @@ void EngineImpl::StartMasks(const std::shared_ptr<Batch>& b) {
   for (size_t k = 0; k < helpers; ++k) pool.Submit([w] { w->Drain(); });
 }
 
+Status EngineImpl::CheckImages(const SubmitRequest& request) const {
+  const size_t hidden = static_cast<size_t>(model_->config().hidden);
+  int64_t end = 0;
+  for (const PromptImage& im : request.images) {
+    if (im.pos < end || im.tokens <= 0 || im.pos + im.tokens > static_cast<int64_t>(request.prompt.size())) {
+      return InvalidArgument("image placeholders must be increasing, non-overlapping runs within the prompt");
+    }
+    if (!im.embeds || im.embeds->size() != static_cast<size_t>(im.tokens) * hidden) {
+      return InvalidArgument(fmt::format("an image of {} placeholders needs {} × {} embedding floats", im.tokens,
+                                         im.tokens, hidden));
+    }
+    end = im.pos + im.tokens;
+  }
+  if (!request.images.empty() && (request.resume || request.handoff_export)) {
+    return Status(StatusCode::kUnsupported, "images do not take part in a PD hand-off yet");
+  }
+  return Status::Ok();
+}
+
+BlockHash EngineImpl::SeqBlockHash(const Seq* s, size_t i) const {
+  const BlockHash* parent = i == 0 ? nullptr : &s->hashes[i - 1];
+  const auto tokens = std::span<const TokenId>(s->tokens).subspan(i * block_size_, block_size_);
+  const auto& images = s->req->images;
+  if (images.empty()) return HashBlock(parent, tokens, key_extras_);
+  // Every image whose placeholders the block covers joins its key: the placeholder ids are the
+  // same for every image, the embeddings that replace them are not.
+  std::vector<kvcache::ExtraKey> extras = key_extras_;
+  const int64_t lo = static_cast<int64_t>(i) * block_size_, hi = lo + block_size_;
+  for (const PromptImage& im : images) {
+    if (im.pos >= hi || im.pos + im.tokens <= lo) continue;
+    std::string v(16, '\0');
+    for (int b = 0; b < 8; ++b) {
+      v[b] = static_cast<char>(im.hash_hi >> (8 * b));
+      v[8 + b] = static_cast<char>(im.hash_lo >> (8 * b));
+    }
+    extras.push_back({kvcache::ExtraTag::kImage, std::move(v)});
+  }
+  return HashBlock(parent, tokens, extras);
+}
+
+void EngineImpl::ImageRows(const Entry& e, std::vector<EmbedRow>* rows) {
+  rows->clear();
+  if (e.decode) return;
+  const int64_t lo = e.start_pos, hi = e.start_pos + static_cast<int64_t>(e.tokens.size());
+  const size_t hidden = static_cast<size_t>(model_->config().hidden);
+  for (const PromptImage& im : e.seq->req->images) {
+    for (int64_t p = std::max(lo, im.pos); p < std::min(hi, im.pos + im.tokens); ++p) {
+      rows->push_back({static_cast<int32_t>(p - lo), im.embeds->data() + static_cast<size_t>(p - im.pos) * hidden});
+    }
+  }
+}
+
 void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) {
   device_->Launch(
       [this, b] {
@@ -410,6 +464,7 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
         for (auto [from, to] : b->copies) kv_->CopySlot(from, to);
         std::vector<SeqStep> steps;
         steps.reserve(b->entries.size());
+        std::vector<std::vector<EmbedRow>> embeds(b->entries.size());
         const size_t hidden = static_cast<size_t>(model_->config().hidden);
         for (auto& e : b->entries) {
           if (e.spec && e.verify < 0) continue;  // nothing left to sample (engine_spec.cc)
@@ -423,6 +478,11 @@ void EngineImpl::LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap) 
           st.prefill = !e.decode;
           st.want_logits = e.sample;
           st.swa_capture = e.swa_capture.get();
+          if (!e.seq->req->images.empty()) {
+            std::vector<EmbedRow>& rows = embeds[static_cast<size_t>(&e - b->entries.data())];
+            ImageRows(e, &rows);
+            st.embeds = rows;
+          }
           if (e.spec) {
             st.logits_count = e.verify + 1;
             st.hidden_out = e.hidden.data();

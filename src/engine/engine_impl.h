@@ -30,6 +30,7 @@ namespace ladle::engine {
 struct Request {
   RequestId id = 0;
   std::vector<TokenId> prompt;
+  std::vector<PromptImage> images;  // SubmitRequest::images
   SamplingParams params;
   std::shared_ptr<MaskProvider> mask;
   OutputSink sink;
@@ -292,6 +293,12 @@ class EngineImpl : public Engine {
   void StartFetch(Seq* s, size_t first, size_t full);
   void InstallFetched(Seq* s, Batch* b);
   void HashPrefix(Seq* s, int64_t blocks);
+  // Block i's chain key: the parent's, the block's tokens, the engine's extras and the content
+  // hash of every image whose placeholders the block covers.
+  BlockHash SeqBlockHash(const Seq* s, size_t i) const;
+  Status CheckImages(const SubmitRequest& request) const;
+  // A prefill entry's image embeddings (SeqStep::embeds) for the positions it covers.
+  void ImageRows(const Entry& e, std::vector<EmbedRow>* rows);
   // SWA KVCache (engine_swa.cc). DecideWithSwa: the hit policy for a sequence whose pool hit is
   // `kv_written` tokens, with the SWA entry to restore on an SWA hit (and the prefill anchor). PlanSwaCapture:
   // asks the entry's forward for a snapshot where one is due. OnSwaDone: after the entry's

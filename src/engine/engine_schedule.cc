@@ -48,10 +48,7 @@ void EngineImpl::RegisterBlocks(Seq* s) {
   // A block is shareable once its tokens are known here and its forward is launched.
   const size_t full = static_cast<size_t>(std::min<int64_t>(s->computed, s->tokens.size()) / block_size_);
   while (s->hashes.size() < full) {
-    const size_t i = s->hashes.size();
-    const BlockHash* parent = i == 0 ? nullptr : &s->hashes[i - 1];
-    s->hashes.push_back(HashBlock(parent, std::span<const TokenId>(s->tokens).subspan(i * block_size_, block_size_),
-                                  key_extras_));
+    s->hashes.push_back(SeqBlockHash(s, s->hashes.size()));
   }
   PersistPiece piece;
   for (; s->registered < full && s->registered < s->blocks.size(); ++s->registered) {

@@ -53,6 +53,12 @@ Result<EncodedPrompt> EncodePrompt(const Prompt& prompt, const tokenizer::Tokeni
   out.special_positions = std::move(enc.special_positions);
   out.text = prompt.text;
   out.ends_in_thinking = prompt.ends_in_thinking;
+  for (const PromptImage& im : prompt.images) {
+    if (im.first_special + static_cast<size_t>(im.tokens) > out.special_positions.size() || im.tokens <= 0) {
+      return Internal("a prompt image's placeholders are not among its control tokens");
+    }
+    out.images.push_back({out.special_positions[im.first_special], static_cast<uint32_t>(im.tokens), im.image_index});
+  }
   return out;
 }
 

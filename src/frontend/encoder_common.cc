@@ -25,6 +25,7 @@ PromptBuilder::PromptBuilder(ModelVersion version) {
   add(kToolOutputBegin, st.tool_output_begin);
   add(kToolOutputEnd, st.tool_output_end);
   add(kDsml, st.dsml);
+  add(kImage, st.image);
 }
 
 const PromptBuilder::Control* PromptBuilder::Find(std::string_view spelling) const {
@@ -86,6 +87,26 @@ void PromptBuilder::Template(std::string_view trusted) {
   Text(trusted.substr(start));
 }
 
+void PromptBuilder::Image(const ImagePart& image, std::string_view where) {
+  if (!status_.ok()) return;
+  if (Find(kImage) == nullptr) {
+    status_ = Unsupported(fmt::format("{}: model version {} takes no image input", where, ModelVersionName(prompt_.version)));
+    return;
+  }
+  if (image.placeholder_tokens <= 0) {
+    status_ = Status(StatusCode::kFailedPrecondition,
+                     fmt::format("{}: the image was not measured (no placeholder count) before rendering", where));
+    return;
+  }
+  PromptImage im;
+  im.first_special = 0;
+  for (const PromptPiece& p : prompt_.pieces) im.first_special += p.kind == PromptPiece::Kind::kSpecial;
+  im.tokens = image.placeholder_tokens;
+  im.image_index = image.index;
+  for (int i = 0; i < image.placeholder_tokens; ++i) Special(kImage);
+  prompt_.images.push_back(im);
+}
+
 bool PromptBuilder::EndsWithSpecial(std::string_view spelling) const {
   if (prompt_.pieces.empty()) return false;
   const PromptPiece& p = prompt_.pieces.back();
@@ -112,6 +133,28 @@ Result<std::string> MessageText(const Message& m, ModelVersion version, size_t i
     first = false;
   }
   return out;
+}
+
+Status AppendContent(const Message& m, size_t index, PromptBuilder* b) {
+  bool first = true;
+  const std::string where = fmt::format("messages[{}]", index);
+  for (const ContentPart& part : m.content) {
+    if (!first) b->Text("\n");
+    first = false;
+    if (part.kind == ContentPart::Kind::kImage) {
+      b->Image(part.image, where);
+    } else {
+      b->Text(part.text);
+    }
+  }
+  return Status::Ok();
+}
+
+bool HasImage(const Message& m) {
+  for (const ContentPart& part : m.content) {
+    if (part.kind == ContentPart::Kind::kImage) return true;
+  }
+  return false;
 }
 
 json::Value DedupeKeys(const json::Value& v) {

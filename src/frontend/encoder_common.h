@@ -34,6 +34,7 @@ inline constexpr std::string_view kToolOutputsEnd = "<｜tool▁outputs▁end｜
 inline constexpr std::string_view kToolOutputBegin = "<｜tool▁output▁begin｜>";
 inline constexpr std::string_view kToolOutputEnd = "<｜tool▁output▁end｜>";
 inline constexpr std::string_view kDsml = "｜DSML｜";
+inline constexpr std::string_view kImage = "<｜image｜>";
 
 // Builds a Prompt. Three ways in, by trust:
 //   Special  — a control token of the version, by spelling (the id comes from the version).
@@ -48,6 +49,10 @@ class PromptBuilder {
   void Special(std::string_view spelling);
   void Template(std::string_view trusted);
   void Text(std::string_view untrusted);
+  // An image: its placeholder_tokens <｜image｜> control tokens, recorded in Prompt::images.
+  // kUnsupported when the version has no image token, kFailedPrecondition when the image was
+  // never measured (placeholder_tokens 0). `where` names the message for the error.
+  void Image(const ImagePart& image, std::string_view where);
 
   // Whether the last piece written is the control token `spelling` (e.g. "<think>").
   bool EndsWithSpecial(std::string_view spelling) const;
@@ -70,6 +75,11 @@ class PromptBuilder {
 // Text of a message: its text parts joined with "\n" (as vLLM flattens content-part arrays).
 // kUnsupported on an image part: no DeepSeek text version has a slot for one.
 Result<std::string> MessageText(const Message& m, ModelVersion version, size_t index);
+// The same content written into `b`: text parts joined with "\n" as plain text, image parts as
+// their placeholders (PromptBuilder::Image), so versions with an image token take images.
+Status AppendContent(const Message& m, size_t index, PromptBuilder* b);
+// Whether `m` has an image part.
+bool HasImage(const Message& m);
 
 // Python's json.dumps(v, ensure_ascii=False) after json.loads: duplicate object keys collapse
 // to the first position with the last value, as a Python dict does.

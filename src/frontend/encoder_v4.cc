@@ -54,8 +54,9 @@ constexpr std::string_view kReasoningEffortMax =
 // A user turn after merge_tool_messages(): text blocks and tool results, in order.
 struct Block {
   bool tool_result = false;
-  std::string text;          // the user text or the tool's output
-  std::string tool_call_id;  // tool_result only
+  const Message* msg = nullptr;  // the user message or the tool's output (text and images)
+  size_t source = 0;             // its index in the request
+  std::string tool_call_id;      // tool_result only
 };
 
 struct V4Turn {
@@ -90,7 +91,8 @@ Result<std::vector<V4Turn>> MergeToolMessages(const std::vector<Turn>& turns) {
     if (t.role == Role::kTool || t.role == Role::kUser) {
       Block block;
       block.tool_result = t.role == Role::kTool;
-      LADLE_ASSIGN_OR_RETURN(block.text, MessageText(*t.msg, ModelVersion::kV4, t.source));
+      block.msg = t.msg;
+      block.source = t.source;
       if (block.tool_result) block.tool_call_id = t.msg->tool_call_id;
       if (merged.empty() || merged.back().role != Role::kUser) merged.push_back(V4Turn{Role::kUser, nullptr, {}});
       merged.back().blocks.push_back(std::move(block));
@@ -198,13 +200,9 @@ Result<Prompt> RenderV4(const Request& request, const RenderOptions& options) {
         b.Special(kUser);
         for (size_t i = 0; i < t.blocks.size(); ++i) {
           if (i > 0) b.Template("\n\n");
-          if (t.blocks[i].tool_result) {
-            b.Template("<tool_result>");
-            b.Text(t.blocks[i].text);
-            b.Template("</tool_result>");
-          } else {
-            b.Text(t.blocks[i].text);
-          }
+          if (t.blocks[i].tool_result) b.Template("<tool_result>");
+          LADLE_RETURN_IF_ERROR(AppendContent(*t.blocks[i].msg, t.blocks[i].source, &b));
+          if (t.blocks[i].tool_result) b.Template("</tool_result>");
         }
         break;
       case Role::kAssistant: {

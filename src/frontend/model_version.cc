@@ -66,6 +66,9 @@ SpecialTokens V4Tokens() {
   t.think = 128821;
   t.end_think = 128822;
   t.dsml = 128825;
+  // <｜image｜> = 129279, the last id of the 129280-row vocabulary: the public V4-Pro
+  // tokenizer's added token (docs/prompt_formats.md, "Images").
+  t.image = 129279;
   return t;
 }
 
@@ -94,6 +97,7 @@ Result<tokenizer::Tokenizer> TokenizerForVersion(const tokenizer::Tokenizer& bas
   if (st.think) overrides.push_back({*st.think, "<think>", false, true});
   if (st.end_think) overrides.push_back({*st.end_think, "</think>", false, true});
   if (st.dsml) overrides.push_back({*st.dsml, "｜DSML｜", false, true});
+  if (st.image) overrides.push_back({*st.image, "<｜image｜>", false, true});
   if (overrides.empty()) return base;
   return base.WithAddedTokens(overrides);
 }

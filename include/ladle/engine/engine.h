@@ -155,6 +155,16 @@ struct Stats {
   ExpertParallelStats ep;
 };
 
+// An image in a prompt: its run of placeholder tokens and the embeddings that replace them
+// (VisionModel::Encode's rows, one per placeholder), with the content hash that keys every
+// block the run touches, so prompts that differ only in an image never share KV.
+struct PromptImage {
+  int64_t pos = 0;      // first placeholder in the prompt
+  int32_t tokens = 0;   // consecutive placeholders
+  uint64_t hash_hi = 0, hash_lo = 0;
+  std::shared_ptr<const std::vector<float>> embeds;  // tokens × hidden
+};
+
 struct SubmitRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
@@ -177,6 +187,8 @@ struct SubmitRequest {
   // decode step consumes the first token at L. Anything missing or mismatched: the ordinary
   // path (Stats::handoff_fallbacks). A mask provider must already have accepted first_token.
   std::shared_ptr<const HandoffState> resume;
+  // Images: in increasing, non-overlapping order; each run within the prompt.
+  std::vector<PromptImage> images;
 };
 
 // Outputs are delivered on the engine's thread; the sink must not block (hand off to a queue).

@@ -31,9 +31,24 @@ struct ModelConfig {
   float rms_eps = 1e-6f;
   uint64_t seed = 20251130;  // built-in deterministic initialisation
 
+  // The vision tower (vision_model.h): images are cut into vision_patch² patches, encoded by
+  // vision_layers transformer layers of width vision_hidden, and every vision_merge × vision_merge
+  // patch group is projected to one `hidden` row that replaces one image_token_id placeholder
+  // in the prompt. vision_layers = 0 (or an image_token_id outside the vocabulary): no vision.
+  int vision_layers = 2;
+  int vision_hidden = 128;
+  int vision_heads = 4;
+  int vision_patch = 16;
+  int vision_merge = 2;
+  int vision_max_side = 1024;   // pixels: the longer side of a resized image, at most
+  int image_token_id = 129279;  // DeepSeek V4's <｜image｜>
+
   // Reads a config.json (keys as the field names above); missing keys keep defaults.
   static Result<ModelConfig> FromFile(const std::string& path);
 };
+
+// Whether the config has a usable vision tower.
+bool VisionEnabled(const ModelConfig& c);
 
 // Every field of the config, in a fixed order ("ladle-ref/v1 vocab_size=... seed=..."): the
 // model part of a block's chain key when nothing better (a weights hash) is given.
@@ -149,6 +164,13 @@ class KvReadyGate {
   virtual void WaitLayer(int layer) = 0;
 };
 
+// An input embedding that replaces the token embedding of one of a step's tokens: an image's
+// patch-group embedding at its placeholder token. `row` holds ModelConfig::hidden floats.
+struct EmbedRow {
+  int32_t index = 0;  // in SeqStep::tokens
+  const float* row = nullptr;
+};
+
 // One sequence's work in a forward pass.
 struct SeqStep {
   std::span<const TokenId> tokens;         // new tokens, at positions start_pos...
@@ -173,6 +195,10 @@ struct SeqStep {
   // (logits_count × hidden floats, row-major): what the LM head reads, and what a speculative
   // drafter (drafter.h) conditions on.
   float* hidden_out = nullptr;
+  // Optional: embeddings that replace the token embeddings at some of `tokens` (images), in
+  // increasing index order. The encoder sees them as it sees a token's embedding; a replay of
+  // those positions must pass them again.
+  std::span<const EmbedRow> embeds;
 };
 
 class Model {

@@ -22,6 +22,12 @@ struct ImagePart {
   std::string url;          // http(s) URL or data: URI as given
   std::string media_type;   // e.g. "image/png" when known
   int width = 0, height = 0;  // 0 when unknown
+  // Set by whoever has looked at the pixels (the server's image stage) before rendering: how
+  // many placeholder tokens the image takes (one per vision patch group), and the image's
+  // ordinal in the request, which Prompt::images reports back. A vision version refuses to
+  // render an image whose placeholder_tokens is 0.
+  int placeholder_tokens = 0;
+  int index = -1;
 };
 
 struct ContentPart {

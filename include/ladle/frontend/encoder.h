@@ -35,6 +35,13 @@ struct PromptPiece {
   tokenizer::TokenId id = 0;  // kSpecial only
 };
 
+// An image's run of placeholder control tokens in a rendered prompt.
+struct PromptImage {
+  size_t first_special = 0;  // ordinal of its first placeholder among the prompt's kSpecial pieces
+  int tokens = 0;            // placeholders in the run
+  int image_index = -1;      // ImagePart::index
+};
+
 struct Prompt {
   ModelVersion version = ModelVersion::kV32;
   std::string text;                 // the whole prompt, control tokens spelled out
@@ -43,6 +50,7 @@ struct Prompt {
   // reasoning (the output parser's initial phase). False after "</think>", after a plain
   // "<｜Assistant｜>", and after tool results in versions that hand back without a think tag.
   bool ends_in_thinking = false;
+  std::vector<PromptImage> images;  // in prompt order (which need not be the request's order)
 };
 
 struct RenderOptions {
@@ -56,8 +64,8 @@ struct RenderOptions {
 // Renders `request` for `version`. Fails with kInvalidArgument when the conversation breaks a
 // rule of the version (e.g. a tool result with no matching call for V3.2, tool-call arguments
 // that are not a JSON object for the DSML versions, an empty developer message) and with
-// kUnsupported for content the version cannot take (images: no DeepSeek text version has an
-// image slot).
+// kUnsupported for content the version cannot take (images, in a version without an image token;
+// V4 places one <｜image｜> per patch group, ImagePart::placeholder_tokens of them).
 Result<Prompt> RenderPrompt(const Request& request, ModelVersion version, const RenderOptions& options = {});
 
 struct EncodedPrompt {
@@ -65,6 +73,12 @@ struct EncodedPrompt {
   std::vector<uint32_t> special_positions;  // index in `ids` of every control token placed
   std::string text;                         // == PromptText(prompt)
   bool ends_in_thinking = false;
+  struct Image {
+    uint32_t pos = 0;     // index in `ids` of the first placeholder
+    uint32_t tokens = 0;  // consecutive placeholders
+    int image_index = -1; // ImagePart::index
+  };
+  std::vector<Image> images;  // in prompt order
 };
 
 // Tokenizes `prompt` with `version_tok`, which must be TokenizerForVersion(base, prompt.version):

@@ -34,6 +34,7 @@ struct SpecialTokens {
   std::optional<tokenizer::TokenId> tool_calls_begin, tool_calls_end, tool_call_begin, tool_call_end,
       tool_sep, tool_outputs_begin, tool_outputs_end, tool_output_begin, tool_output_end;
   std::optional<tokenizer::TokenId> dsml;  // ｜DSML｜
+  std::optional<tokenizer::TokenId> image;  // <｜image｜>: one per image patch group (vision versions)
 };
 
 const SpecialTokens& SpecialTokensFor(ModelVersion v);

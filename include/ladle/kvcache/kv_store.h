@@ -62,6 +62,7 @@ enum class ExtraTag : uint32_t {
   kModel = 1,      // model and KV-layout fingerprint
   kCacheSalt = 2,  // per-request cache salt
   kTenant = 3,     // tenant / API key scope
+  kImage = 4,      // content hash of an image whose placeholders the block covers
 };
 struct ExtraKey {
   ExtraTag tag;

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "ladle/json/json.h"
 #include "weights.h"
@@ -22,6 +23,13 @@ constexpr IntField kIntFields[] = {
     {"expert_hidden", &ModelConfig::expert_hidden}, {"window", &ModelConfig::window},
     {"block_size", &ModelConfig::block_size},   {"swa_ring", &ModelConfig::swa_ring},
 };
+// The vision tower's sizes: zero allowed (vision_layers = 0 turns it off), checked only when on.
+constexpr IntField kVisionFields[] = {
+    {"vision_layers", &ModelConfig::vision_layers}, {"vision_hidden", &ModelConfig::vision_hidden},
+    {"vision_heads", &ModelConfig::vision_heads},   {"vision_patch", &ModelConfig::vision_patch},
+    {"vision_merge", &ModelConfig::vision_merge},   {"vision_max_side", &ModelConfig::vision_max_side},
+    {"image_token_id", &ModelConfig::image_token_id},
+};
 
 }  // namespace
 
@@ -40,6 +48,21 @@ Status ValidateConfig(const ModelConfig& c) {
       c.vocab_size > (1 << 22) || c.encoder_layers > 1024 || c.decoder_layers > 1024) {
     return InvalidArgument("model config: sizes out of range");
   }
+  for (const IntField& f : kVisionFields) {
+    if (c.*f.field < 0) return InvalidArgument(std::string("model config: ") + f.name + " must not be negative");
+  }
+  if (c.vision_layers > 0) {
+    if (c.vision_hidden <= 0 || c.vision_heads <= 0 || c.vision_hidden % c.vision_heads != 0) {
+      return InvalidArgument("model config: vision_hidden must be a positive multiple of vision_heads");
+    }
+    if (c.vision_patch <= 0 || c.vision_merge <= 0 || c.vision_max_side < c.vision_patch * c.vision_merge) {
+      return InvalidArgument("model config: vision_max_side must hold one vision_patch × vision_merge group");
+    }
+    if (c.vision_layers > 64 || c.vision_hidden > 8192 || c.vision_patch > 64 || c.vision_merge > 8 ||
+        c.vision_max_side > 8192) {
+      return InvalidArgument("model config: vision sizes out of range");
+    }
+  }
   return Status::Ok();
 }
 
@@ -52,7 +75,9 @@ Result<ModelConfig> ReadConfig(const std::string& path, const ModelConfig& base)
   if (!doc.ok()) return doc.status().WithContext(path);
   if (!doc->is_object()) return ParseError(path + ": expected a JSON object");
   ModelConfig c = base;
-  for (const IntField& f : kIntFields) {
+  std::vector<IntField> fields(std::begin(kIntFields), std::end(kIntFields));
+  fields.insert(fields.end(), std::begin(kVisionFields), std::end(kVisionFields));
+  for (const IntField& f : fields) {
     const json::Value* v = doc->Find(f.name);
     if (v == nullptr) continue;
     auto i = v->as_int64();
@@ -84,6 +109,7 @@ Result<ModelConfig> ReadConfig(const std::string& path, const ModelConfig& base)
 Status WriteConfig(const ModelConfig& c, const std::string& path) {
   json::Value o = json::Value::MakeObject();
   for (const IntField& f : kIntFields) o.Set(f.name, json::Value::Int(c.*f.field));
+  for (const IntField& f : kVisionFields) o.Set(f.name, json::Value::Int(c.*f.field));
   o.Set("rope_theta", json::Value::Double(c.rope_theta));
   o.Set("rms_eps", json::Value::Double(c.rms_eps));
   o.Set("seed", json::Value::NumberText(std::to_string(c.seed)));
@@ -102,7 +128,16 @@ std::string ModelFingerprint(const ModelConfig& c) {
   for (const model::IntField& f : model::kIntFields) out << ' ' << f.name << '=' << c.*(f.field);
   out.precision(9);
   out << " rope_theta=" << c.rope_theta << " rms_eps=" << c.rms_eps << " seed=" << c.seed;
+  // The vision tower shapes image embeddings, so it is part of what a cached block depends on
+  // (only when on: a text-only model keeps its keys).
+  if (VisionEnabled(c)) {
+    for (const model::IntField& f : model::kVisionFields) out << ' ' << f.name << '=' << c.*(f.field);
+  }
   return out.str();
+}
+
+bool VisionEnabled(const ModelConfig& c) {
+  return c.vision_layers > 0 && c.image_token_id >= 0 && c.image_token_id < c.vocab_size;
 }
 
 Result<ModelConfig> ModelConfig::FromFile(const std::string& path) { return model::ReadConfig(path, ModelConfig{}); }

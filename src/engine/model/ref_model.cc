@@ -290,6 +290,13 @@ Status RefModel::CheckStep(const SeqStep& s, const ModelKvStorage& kv) const {
     if (id < 0 || id >= kv.num_blocks()) return InvalidArgument("forward: block id " + std::to_string(id) + " out of range");
   }
   if (s.kv_written < 0 || s.kv_written > end) return InvalidArgument("forward: kv_written outside [0, end]");
+  int32_t last = -1;
+  for (const EmbedRow& e : s.embeds) {
+    if (e.index <= last || e.index >= n || e.row == nullptr) {
+      return InvalidArgument("forward: embedding rows must be in increasing order within the step's tokens");
+    }
+    last = e.index;
+  }
   if (s.want_logits) {
     int64_t most = (s.prefill && !s.exact) ? std::min<int64_t>(n, config_.window) : n;
     if (s.logits_count < 1 || s.logits_count > most) {
@@ -314,6 +321,9 @@ void RefModel::RunSequence(const SeqStep& step, ModelKvStorage& kv, float* out) 
   for (int i = 0; i < n; ++i) {
     std::memcpy(x.data() + static_cast<size_t>(i) * H, W.embed + static_cast<size_t>(step.tokens[static_cast<size_t>(i)]) * H,
                 sizeof(float) * H);
+  }
+  for (const EmbedRow& e : step.embeds) {
+    std::memcpy(x.data() + static_cast<size_t>(e.index) * H, e.row, sizeof(float) * H);
   }
   // The slot's ring range may be set by a swap-in copy still in flight (an SWA entry restored
   // for this step, layer 0): wait for it before reading the range, or a restored window would

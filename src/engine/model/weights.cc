@@ -98,32 +98,31 @@ int64_t ParamCount(const ModelConfig& c) {
   return n;
 }
 
-std::unique_ptr<ModelWeights> ModelWeights::Seeded(const ModelConfig& c) {
-  std::unique_ptr<ModelWeights> w(new ModelWeights(c));
-  w->specs_ = ListTensors(c);
-  for (const TensorSpec& s : w->specs_) {
+TensorSet TensorSet::Seeded(std::vector<TensorSpec> specs, uint64_t seed) {
+  TensorSet set;
+  set.specs = std::move(specs);
+  for (const TensorSpec& s : set.specs) {
     Floats data(static_cast<size_t>(s.numel()));
     if (s.init == TensorSpec::Init::kOnes) {
       std::fill(data.begin(), data.end(), 1.0f);
     } else {
       // Uniform with the requested standard deviation: cheap, bounded and deterministic.
-      uint64_t state = c.seed ^ Fnv1a(s.name);
+      uint64_t state = seed ^ Fnv1a(s.name);
       float amp = s.scale * std::sqrt(3.0f);
       for (float& x : data) {
         double u = static_cast<double>(SplitMix(state) >> 11) * 0x1.0p-53;  // [0, 1)
         x = static_cast<float>((2.0 * u - 1.0) * amp);
       }
     }
-    w->tensors_.push_back(data.data());
-    w->owned_.push_back(std::move(data));
+    set.tensors.push_back(data.data());
+    set.owned.push_back(std::move(data));
   }
-  w->Bind();
-  return w;
+  return set;
 }
 
-Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& c, const std::string& dir) {
-  std::unique_ptr<ModelWeights> w(new ModelWeights(c));
-  w->specs_ = ListTensors(c);
+Result<TensorSet> TensorSet::Load(std::vector<TensorSpec> specs, const std::string& dir) {
+  TensorSet set;
+  set.specs = std::move(specs);
   std::error_code ec;
   std::vector<std::string> paths;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
@@ -139,9 +138,9 @@ Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& c, c
       if (index.count(name) != 0) return InvalidArgument("tensor '" + name + "' appears in two files (" + p + ")");
       index[name] = {&t, &file->path()};
     }
-    w->files_.push_back(std::move(file));
+    set.files.push_back(std::move(file));
   }
-  for (const TensorSpec& s : w->specs_) {
+  for (const TensorSpec& s : set.specs) {
     auto it = index.find(s.name);
     if (it == index.end()) {
       return NotFound("weights in " + dir + ": missing tensor '" + s.name + "' (shape " + ShapeText(s.shape) + ")");
@@ -154,28 +153,51 @@ Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& c, c
     if (t.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t.data) % 64 == 0) {
       // Zero-copy: the kernels read the mapping directly. Only when 64-byte aligned, so the
       // data looks the same to BLAS as an owned, aligned buffer.
-      w->tensors_.push_back(reinterpret_cast<const float*>(t.data));
+      set.tensors.push_back(reinterpret_cast<const float*>(t.data));
       continue;
     }
     Floats data(static_cast<size_t>(s.numel()));
     ToFloat(t, data.data());
-    w->tensors_.push_back(data.data());
-    w->owned_.push_back(std::move(data));
+    set.tensors.push_back(data.data());
+    set.owned.push_back(std::move(data));
   }
-  w->Bind();
-  return w;
+  return set;
 }
 
-const float* ModelWeights::Get(const std::string& name) const {
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    if (specs_[i].name == name) return tensors_[i];
+const float* TensorSet::Get(const std::string& name) const {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].name == name) return tensors[i];
   }
   return nullptr;
 }
 
+Status TensorSet::Save(const std::string& path, DType dtype) const {
+  std::vector<TensorToWrite> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    out.push_back({specs[i].name, specs[i].shape, {tensors[i], static_cast<size_t>(specs[i].numel())}});
+  }
+  return WriteSafetensors(path, out, dtype);
+}
+
+std::unique_ptr<ModelWeights> ModelWeights::Seeded(const ModelConfig& c) {
+  std::unique_ptr<ModelWeights> w(new ModelWeights(c));
+  w->set_ = TensorSet::Seeded(ListTensors(c), c.seed);
+  w->Bind();
+  return w;
+}
+
+Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& c, const std::string& dir) {
+  std::unique_ptr<ModelWeights> w(new ModelWeights(c));
+  LADLE_ASSIGN_OR_RETURN(w->set_, TensorSet::Load(ListTensors(c), dir));
+  w->Bind();
+  return w;
+}
+
+const float* ModelWeights::Get(const std::string& name) const { return set_.Get(name); }
+
 void ModelWeights::Bind() {
   std::map<std::string, const float*> by;
-  for (size_t i = 0; i < specs_.size(); ++i) by[specs_[i].name] = tensors_[i];
+  for (size_t i = 0; i < set_.specs.size(); ++i) by[set_.specs[i].name] = set_.tensors[i];
   auto ffn = [&](const std::string& p) { return FfnWeights{by[p + "gate_proj.weight"], by[p + "up_proj.weight"], by[p + "down_proj.weight"]}; };
   auto layer = [&](const std::string& p, bool decoder) {
     LayerWeights l;
@@ -203,12 +225,8 @@ void ModelWeights::Bind() {
 }
 
 Status ModelWeights::Save(const std::string& dir, DType dtype) const {
-  std::vector<TensorToWrite> out;
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    out.push_back({specs_[i].name, specs_[i].shape, {tensors_[i], static_cast<size_t>(specs_[i].numel())}});
-  }
   LADLE_RETURN_IF_ERROR(WriteConfig(config_, dir + "/config.json"));
-  return WriteSafetensors(dir + "/model.safetensors", out, dtype);
+  return set_.Save(dir + "/model.safetensors", dtype);
 }
 
 }  // namespace ladle::engine::model

@@ -27,6 +27,24 @@ struct TensorSpec {
 std::vector<TensorSpec> ListTensors(const ModelConfig& c);
 int64_t ParamCount(const ModelConfig& c);
 
+// Named tensors of a spec list, seeded or loaded: the reference model's weights and the vision
+// tower's (vision_model.h) are both one of these.
+struct TensorSet {
+  std::vector<TensorSpec> specs;
+  std::vector<const float*> tensors;                    // parallel to specs
+  std::vector<Floats> owned;                            // converted or seeded data
+  std::vector<std::unique_ptr<SafetensorsFile>> files;  // zero-copy F32 points into these
+
+  // Deterministic from `seed`: each tensor from its own stream (seed, name), so the values do
+  // not depend on tensor order.
+  static TensorSet Seeded(std::vector<TensorSpec> specs, uint64_t seed);
+  // Every *.safetensors file in `dir` (sharded checkpoints allowed; tensors not in `specs` are
+  // ignored). Missing, duplicated and mis-shaped tensors are errors naming the tensor.
+  static Result<TensorSet> Load(std::vector<TensorSpec> specs, const std::string& dir);
+  const float* Get(const std::string& name) const;
+  Status Save(const std::string& path, DType dtype) const;
+};
+
 struct AttnWeights {
   const float *norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
 };
@@ -72,10 +90,7 @@ class ModelWeights {
   void Bind();  // fills the pointers above from tensors_
 
   ModelConfig config_;
-  std::vector<TensorSpec> specs_;
-  std::vector<const float*> tensors_;              // parallel to specs_
-  std::vector<Floats> owned_;                      // converted or seeded data
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;  // zero-copy F32 points into these
+  TensorSet set_;
 };
 
 // Writes `c` as config.json.
