@@ -5,12 +5,13 @@
 #include "commands.h"
 #include "ladle/core/logging.h"
 #include "serve_common.h"
+#include "vision_common.h"
 
 namespace ladle::app {
 
 namespace {
 
-int RunServe(const ServeOpts& opts) {
+int RunServe(const ServeOpts& opts, const VisionOpts& vopts) {
   auto tok = LoadTokenizer(opts);
   if (!tok.ok()) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(tok.status().ToString()));
@@ -29,6 +30,12 @@ int RunServe(const ServeOpts& opts) {
     LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(sc.status().ToString()));
     return 2;
   }
+  auto images = BuildImagePipeline(vopts, (*stack)->model_config, opts.model);
+  if (!images.ok()) {
+    LADLE_LOG_ERROR("serve.failed error='{}'", LogSafe(images.status().ToString()));
+    return 1;
+  }
+  sc->images = std::move(images).value();  // the server owns it: see ~ServerImpl
   engine::Engine* eng = (*stack)->ranks[0].get();
   auto srv = server::Server::Create(std::move(sc).value(), eng, *tok->base);
   if (!srv.ok()) {
@@ -51,14 +58,16 @@ int RunServe(const ServeOpts& opts) {
 
 void RegisterServe(CLI::App& app, RunFn* run) {
   auto opts = std::make_shared<ServeOpts>();
+  auto vopts = std::make_shared<VisionOpts>();
   auto* cmd = app.add_subcommand("serve", "Serve the engine over OpenAI- and Anthropic-compatible HTTP");
   AddCommonFlags(cmd, opts.get());
   AddServerFlags(cmd, opts.get());
   AddEngineFlags(cmd, opts.get());
-  cmd->callback([run, opts, cmd] {
-    *run = [opts, cmd] {
+  AddVisionFlags(cmd, vopts.get());
+  cmd->callback([run, opts, vopts, cmd] {
+    *run = [opts, vopts, cmd] {
       if (!FinishFlags(cmd, *opts, "serve")) return 2;
-      return RunServe(*opts);
+      return RunServe(*opts, *vopts);
     };
   });
 }

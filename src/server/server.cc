@@ -37,7 +37,12 @@ ServerImpl::ServerImpl(ServerConfig config, engine::Engine* engine, tokenizer::T
       signals_(ioc_),
       drain_timer_(ioc_) {}
 
-ServerImpl::~ServerImpl() { ioc_.stop(); }
+ServerImpl::~ServerImpl() {
+  ioc_.stop();
+  // Image stages still running post their results into the stopped (but still existing) io
+  // context: the pipeline waits for them before ioc_ goes.
+  config_.images.reset();
+}
 
 Status ServerImpl::Bind() {
   LADLE_ASSIGN_OR_RETURN(listener_, net::Listener::Create(ioc_, net::ListenOptions{config_.host, config_.port, true},

@@ -37,6 +37,7 @@ class ServerImpl : public Server {
   Metrics& metrics() { return metrics_; }
   // Structured output's compile service (null only if the vocabulary could not be built).
   structured::CompileService* grammar() { return grammar_.get(); }
+  vision::ImagePipeline* images() { return config_.images.get(); }
   void SetGrammarService(std::unique_ptr<structured::CompileService> s) { grammar_ = std::move(s); }
   bool draining() const { return draining_.load(); }
   boost::asio::io_context& io() { return ioc_; }

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "api_errors.h"
+#include "image_stage.h"
 #include "ladle/core/logging.h"
 #include "ladle/frontend/encoder.h"
 #include "ladle/json/json.h"
@@ -282,7 +283,51 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
     RespondError(api, adapted.error, rid, keep_alive);
     return;
   }
-  frontend::Request& request = *adapted.request;
+  // What the rest needs of the HTTP request: it is gone once an image stage goes async.
+  auto p = std::make_shared<Pending>();
+  p->api = api;
+  p->rid = rid;
+  p->start = start;
+  p->keep_alive = keep_alive;
+  p->owner = owner;
+  p->resolved = std::move(resolved);
+  p->request = std::move(*adapted.request);
+  p->traffic = std::string(req["x-ladle-traffic-class"]);
+  p->grammar_budget = std::string(req["x-ladle-grammar-budget"]);
+  // Images go through the image stage (fetch, decode, resize, encode) off this strand; a
+  // request without images goes straight on. A version without an image token refuses them
+  // when rendering, so nothing is fetched for it.
+  std::vector<vision::ImageRef> refs = ImageRefs(api, &p->request);
+  if (refs.empty() || !frontend::SpecialTokensFor(cfg.version).image) {
+    ContinueGeneration(std::move(p), std::vector<vision::PreparedImage>{});
+    return;
+  }
+  if (server_.images() == nullptr) {
+    RespondError(api, ErrorFor(api, Status(StatusCode::kUnsupported, fmt::format("{}: this server has no vision encoder "
+                                                                                "(its model has no vision tower)", refs[0].where))),
+                 rid, keep_alive);
+    return;
+  }
+  server_.images()->Prepare(std::move(refs), [self = shared_from_this(), p](Result<std::vector<vision::PreparedImage>> r) {
+    asio::post(self->stream_.get_executor(),
+               [self, p, r = std::move(r)]() mutable { self->ContinueGeneration(std::move(p), std::move(r)); });
+  });
+}
+
+void Session::ContinueGeneration(std::shared_ptr<Pending> p, Result<std::vector<vision::PreparedImage>> images) {
+  const auto& cfg = server_.config();
+  const Api api = p->api;
+  const std::string& rid = p->rid;
+  const bool keep_alive = p->keep_alive && !server_.draining();
+  const Clock::time_point start = p->start;
+  const uint64_t owner = p->owner;
+  std::optional<ResponseStore::Resolved>& resolved = p->resolved;
+  if (!images.ok()) {
+    RespondError(api, ErrorFor(api, images.status()), rid, keep_alive);
+    return;
+  }
+  frontend::Request& request = p->request;
+  SetPlaceholders(*images, &request);
   auto encoded = EncodeOrRespond(api, request, rid, keep_alive);
   if (!encoded) return;
   if (!server_.TryAdmit()) {
@@ -309,7 +354,7 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
   }
   // The KV store's traffic class (TTL) of this request's blocks: the x-ladle-traffic-class
   // header, else metadata.ladle_traffic_class, else chatbot.
-  std::string traffic(req["x-ladle-traffic-class"]);
+  std::string traffic = p->traffic;
   const char* traffic_from = "header x-ladle-traffic-class";
   if (traffic.empty() && request.metadata.is_object()) {
     if (const json::Value* t = request.metadata.Find("ladle_traffic_class"); t != nullptr && t->is_string()) {
@@ -332,6 +377,7 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
   l.rid = rid;
   l.start = start;
   l.gen = std::move(gen).value();
+  l.images = EngineImages(*encoded, *images);
   l.prompt = std::move(encoded->ids);
   l.sampling = std::move(sampling);
   if (resolved && resolved->store) {
@@ -352,7 +398,7 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
   // the compile service answers on its own thread, so continue on the strand.
   auto launch = std::make_shared<Launch>(std::move(l));
   const bool constrained = PrepareConstraint(
-      server_, request, encoded->ends_in_thinking, launch->sampling, req["x-ladle-grammar-budget"],
+      server_, request, encoded->ends_in_thinking, launch->sampling, p->grammar_budget,
       [self = shared_from_this(), launch](ConstraintOutcome o) {
         asio::post(self->stream_.get_executor(), [self, launch, o = std::move(o)]() mutable {
           self->SubmitGeneration(std::move(*launch), std::move(o));
@@ -396,6 +442,7 @@ void Session::SubmitGeneration(Launch l, ConstraintOutcome constraint) {
   submit.sampling = std::move(l.sampling);
   submit.mask = std::move(constraint.mask);
   submit.agent_traffic = l.agent_traffic;
+  submit.images = std::move(l.images);
   // The sink runs on the engine thread: queue the output and wake the strand once per batch.
   auto sink = [self = shared_from_this(), queue = active_->queue](const engine::Output& out) {
     bool post = false;

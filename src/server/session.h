@@ -21,6 +21,7 @@
 #include "ladle/engine/engine.h"
 #include "ladle/frontend/request_adapters.h"
 #include "structured_hook.h"
+#include "ladle/vision/image_pipeline.h"
 
 namespace ladle::server {
 
@@ -89,6 +90,21 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string response_id;
     json::Value store_input;
     bool agent_traffic = false;  // the store's traffic class of its KV blocks
+    std::vector<engine::PromptImage> images;  // placeholders and their embeddings
+  };
+
+  // An adapted request on its way to the engine, past the HTTP request's lifetime (the image
+  // stage answers later, on another thread).
+  struct Pending {
+    frontend::Api api = frontend::Api::kChat;
+    std::string rid;
+    Clock::time_point start;
+    bool keep_alive = true;
+    uint64_t owner = 0;
+    std::optional<ResponseStore::Resolved> resolved;
+    frontend::Request request;
+    std::string traffic;         // x-ladle-traffic-class
+    std::string grammar_budget;  // x-ladle-grammar-budget
   };
 
   void DoRead();
@@ -96,6 +112,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnRead(boost::beast::error_code ec);
   void Handle(Request req);
   void StartGeneration(frontend::Api api, Request& req, const std::string& rid, Clock::time_point start);
+  // After the image stage (or at once without images): render, admit, constrain, submit.
+  void ContinueGeneration(std::shared_ptr<Pending> p, Result<std::vector<vision::PreparedImage>> images);
   void SubmitGeneration(Launch l, ConstraintOutcome constraint);
   void Respond(int status, std::string_view content_type, std::string body, const std::string& rid,
                bool keep_alive, std::string_view api_label, int retry_after = 0, bool grammar_forced = false,

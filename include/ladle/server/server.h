@@ -21,6 +21,7 @@
 #include "ladle/server/auth.h"
 #include "ladle/structured/compile_service.h"
 #include "ladle/tokenizer/tokenizer.h"
+#include "ladle/vision/image_pipeline.h"
 
 namespace ladle::server {
 
@@ -73,6 +74,10 @@ struct ServerConfig {
   // (or fails) on its own for the cache. 0 = the compile budget plus 10 s.
   int64_t grammar_deadline_ms = 0;
   ladle::grammar::JsonSchemaOptions::Whitespace grammar_whitespace = ladle::grammar::JsonSchemaOptions::Whitespace::kBounded;
+  // Images (docs/vision.md): the stage that fetches, decodes, resizes and encodes a request's
+  // images before it enters the engine, with its limits. null: image parts get a 400 (a model
+  // version without an image token refuses them anyway).
+  std::shared_ptr<vision::ImagePipeline> images;
 };
 
 class Server {
