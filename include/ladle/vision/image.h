@@ -50,7 +50,10 @@ struct DecodedImage {
 
 // Probes, checks `limits` (kResourceExhausted naming the limit and the value), then decodes.
 // Corrupt or truncated data is kInvalidArgument; no decoder error escapes as an exception or a
-// longjmp past this call.
+// longjmp past this call. Animated GIF/WebP give their first frame on the canvas (a GIF's logical
+// screen, grown to cover that frame), pixels it leaves uncovered white; colour profiles and gamma
+// are ignored. Data missing only its trailer (PNG's IEND, GIF's ';') still decodes; a JPEG cut
+// anywhere before its EOI marker does not.
 Result<DecodedImage> DecodeImage(std::string_view bytes, const ImageLimits& limits);
 
 // The vision encoder's input geometry and normalisation (from the model config's vision_*).
@@ -79,7 +82,7 @@ struct ImageTensor {
 Result<ImageTensor> Preprocess(const DecodedImage& image, const PreprocessConfig& config);
 
 // The grid Preprocess would produce for a width × height image, without touching pixels (for
-// limits on total patches before decoding).
+// limits on total patches before decoding). An invalid config, or a side below 1, gives 0 × 0.
 void GridFor(int width, int height, const PreprocessConfig& config, int* grid_h, int* grid_w);
 
 }  // namespace ladle::vision
