@@ -48,4 +48,33 @@ std::vector<engine::PromptImage> EngineImages(const frontend::EncodedPrompt& enc
   return out;
 }
 
+void AppendVisionMetrics(vision::ImagePipeline& images, std::string* out) {
+  const vision::PipelineStats p = images.GetStats();
+  const vision::EncoderStats e = images.encoder().GetStats();
+  auto counter = [&](const char* name, const char* help, double v) {
+    *out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, v);
+  };
+  counter("ladle_vision_requests_total", "Requests that went through the image stage.", static_cast<double>(p.requests));
+  counter("ladle_vision_images_total", "Images through the stage (prepared for generation, or measured for count_tokens).",
+          static_cast<double>(p.images));
+  counter("ladle_vision_failed_requests_total", "Requests whose images failed (a 400 naming the part, or an encoder error).",
+          static_cast<double>(p.failed));
+  counter("ladle_vision_fetched_total", "Images fetched from http(s) URLs.", static_cast<double>(p.fetched));
+  counter("ladle_vision_encode_seconds_total", "Time the encoder workers spent encoding.", e.encode_ms_total / 1000.0);
+  counter("ladle_vision_patches_total", "Vision patches encoded.", static_cast<double>(e.patches));
+  *out += fmt::format("# HELP ladle_vision_in_flight Requests in the image stage.\n# TYPE ladle_vision_in_flight gauge\n"
+                      "ladle_vision_in_flight {}\n",
+                      p.in_flight);
+  *out += "# HELP ladle_vision_worker_patches_in_flight Image patches queued or encoding per encoder worker.\n"
+          "# TYPE ladle_vision_worker_patches_in_flight gauge\n";
+  for (size_t w = 0; w < e.patches_in_flight.size(); ++w) {
+    *out += fmt::format("ladle_vision_worker_patches_in_flight{{worker=\"{}\"}} {}\n", w, e.patches_in_flight[w]);
+  }
+  *out += "# HELP ladle_vision_worker_images_total Images each encoder worker has served.\n"
+          "# TYPE ladle_vision_worker_images_total counter\n";
+  for (size_t w = 0; w < e.images_per_worker.size(); ++w) {
+    *out += fmt::format("ladle_vision_worker_images_total{{worker=\"{}\"}} {}\n", w, e.images_per_worker[w]);
+  }
+}
+
 }  // namespace ladle::server

@@ -25,4 +25,7 @@ void SetPlaceholders(const std::vector<vision::PreparedImage>& images, frontend:
 std::vector<engine::PromptImage> EngineImages(const frontend::EncodedPrompt& encoded,
                                               const std::vector<vision::PreparedImage>& images);
 
+// Prometheus text for the image stage and its encoder workers (appended to /metrics).
+void AppendVisionMetrics(vision::ImagePipeline& images, std::string* out);
+
 }  // namespace ladle::server

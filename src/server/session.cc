@@ -207,6 +207,7 @@ void Session::Handle(Request req) {
   } else if (path == "/metrics" && get) {
     std::string text = server_.metrics().Render(server_.engine().GetStats());
     if (server_.grammar()) server_.grammar()->AppendMetrics(&text);
+    if (server_.images()) AppendVisionMetrics(*server_.images(), &text);
     Respond(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text), rid, keep_alive, "other");
   } else if ((path == "/v1/models" || path.starts_with("/v1/models/")) && get) {
     HandleModels(req, path, rid, keep_alive);

@@ -132,6 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // anthropic-version); POST /v1/messages/count_tokens. In session_info.cc.
   void HandleModels(const Request& req, std::string_view path, const std::string& rid, bool keep_alive);
   void HandleCountTokens(Request& req, const std::string& rid, bool keep_alive);
+  void FinishCountTokens(frontend::Api api, const frontend::Request& request, const std::string& rid, bool keep_alive);
   // Checks the model name, renders and tokenizes an adapted request's prompt; on failure
   // answers the error in the API's shape and returns nullopt.
   std::optional<frontend::EncodedPrompt> EncodeOrRespond(frontend::Api api, const frontend::Request& request,

@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 
 #include "api_errors.h"
+#include "image_stage.h"
 #include "ladle/frontend/encoder.h"
 #include "ladle/json/json.h"
 #include "server_impl.h"
 #include "session.h"
 
 namespace ladle::server {
+
+namespace asio = boost::asio;
 
 using frontend::Api;
 
@@ -107,7 +110,30 @@ void Session::HandleCountTokens(Request& req, const std::string& rid, bool keep_
     RespondError(api, adapted.error, rid, keep_alive);
     return;
   }
-  auto encoded = EncodeOrRespond(api, *adapted.request, rid, keep_alive);
+  // Images count as their placeholders: measured from their headers (fetched if need be), not
+  // decoded or encoded.
+  auto request = std::make_shared<frontend::Request>(std::move(*adapted.request));
+  std::vector<vision::ImageRef> refs = ImageRefs(api, request.get());
+  if (refs.empty() || server_.images() == nullptr || !frontend::SpecialTokensFor(cfg.version).image) {
+    FinishCountTokens(api, *request, rid, keep_alive);
+    return;
+  }
+  server_.images()->Measure(std::move(refs), [self = shared_from_this(), request, api, rid, keep_alive](
+                                                 Result<std::vector<vision::PreparedImage>> r) {
+    asio::post(self->stream_.get_executor(), [self, request, api, rid, keep_alive, r = std::move(r)] {
+      if (!r.ok()) {
+        self->RespondError(api, ErrorFor(api, r.status()), rid, keep_alive);
+        return;
+      }
+      SetPlaceholders(*r, request.get());
+      self->FinishCountTokens(api, *request, rid, keep_alive);
+    });
+  });
+}
+
+void Session::FinishCountTokens(frontend::Api api, const frontend::Request& request, const std::string& rid,
+                                bool keep_alive) {
+  auto encoded = EncodeOrRespond(api, request, rid, keep_alive);
   if (!encoded) return;
   Respond(200, "application/json", fmt::format(R"({{"input_tokens":{}}})", encoded->ids.size()), rid, keep_alive,
           "messages");

@@ -39,7 +39,10 @@ class Pipeline final : public ImagePipeline {
       : options_(o), pre_(pre), encoder_(std::move(encoder)), fetcher_(std::move(fetcher).value()),
         pool_(static_cast<size_t>(o.io_threads)) {}
 
-  void Prepare(std::vector<ImageRef> refs, Done done) override {
+  void Prepare(std::vector<ImageRef> refs, Done done) override { Start(std::move(refs), std::move(done), false); }
+  void Measure(std::vector<ImageRef> refs, Done done) override { Start(std::move(refs), std::move(done), true); }
+
+  void Start(std::vector<ImageRef> refs, Done done, bool measure_only) {
     if (refs.empty()) {
       done(std::vector<PreparedImage>{});
       return;
@@ -51,10 +54,10 @@ class Pipeline final : public ImagePipeline {
     }
     auto gather = std::make_shared<Gather>();
     gather->done = std::move(done);
-    pool_.Submit([this, refs = std::move(refs), gather]() mutable {
+    pool_.Submit([this, refs = std::move(refs), gather, measure_only]() mutable {
       // No exception may escape into the pool: a throw fails this request only.
       try {
-        Run(std::move(refs), gather);
+        Run(std::move(refs), gather, measure_only);
       } catch (const std::exception& e) {
         Answer(gather, Status(StatusCode::kInternal, fmt::format("image stage failed: {}", e.what())));
       }
@@ -80,7 +83,7 @@ class Pipeline final : public ImagePipeline {
   ImageEncoder& encoder() override { return *encoder_; }
 
  private:
-  void Run(std::vector<ImageRef> refs, const std::shared_ptr<Gather>& gather) {
+  void Run(std::vector<ImageRef> refs, const std::shared_ptr<Gather>& gather, bool measure_only) {
     if (static_cast<int>(refs.size()) > options_.max_images) {
       Answer(gather, Status(StatusCode::kInvalidArgument,
                             fmt::format("{}: a request may carry at most {} images ({} given)",
@@ -114,6 +117,14 @@ class Pipeline final : public ImagePipeline {
                                      fmt::format("{}: the request's images need {} patches, over the limit of {}",
                                                  ref.where, total_patches, options_.max_total_patches)));
       }
+      if (measure_only) {
+        p.width = info->width;
+        p.height = info->height;
+        p.grid_h = gh;
+        p.grid_w = gw;
+        p.groups = (gh / pre_.merge) * (gw / pre_.merge);
+        continue;
+      }
       auto decoded = DecodeImage(fetched->bytes, options_.image);
       if (!decoded.ok()) return Answer(gather, AboutImage(decoded.status(), ref.where));
       auto tensor = Preprocess(*decoded, pre_);
@@ -132,6 +143,10 @@ class Pipeline final : public ImagePipeline {
       std::lock_guard lk(gather->mu);
       gather->images = std::move(prepared);
       gather->remaining = tensors.size();
+    }
+    if (measure_only) {
+      Answer(gather, Status::Ok());
+      return;
     }
     // All at once: the encoder's workers take them in parallel.
     for (size_t i = 0; i < tensors.size(); ++i) {

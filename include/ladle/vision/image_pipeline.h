@@ -67,6 +67,9 @@ class ImagePipeline {
   // `done` runs exactly once, on a pipeline or encoder thread; it must not block. An empty
   // `refs` completes at once with no images.
   virtual void Prepare(std::vector<ImageRef> refs, Done done) = 0;
+  // The same up to the header probe and the limits, for counting tokens: sizes, grids and
+  // placeholder counts, no pixels decoded and no embeddings (PreparedImage::embeds null).
+  virtual void Measure(std::vector<ImageRef> refs, Done done) = 0;
   virtual const ImagePipelineOptions& options() const = 0;
   virtual PipelineStats GetStats() const = 0;
   virtual ImageEncoder& encoder() = 0;
