@@ -304,8 +304,8 @@ void Session::StartGeneration(Api api, Request& req, const std::string& rid, Clo
     return;
   }
   if (server_.images() == nullptr) {
-    RespondError(api, ErrorFor(api, Status(StatusCode::kUnsupported, fmt::format("{}: this server has no vision encoder "
-                                                                                "(its model has no vision tower)", refs[0].where))),
+    RespondError(api, ErrorFor(api, Status(StatusCode::kUnsupported, fmt::format("{}: this server takes no images (it has no vision encoder; a "
+                                                                                "cluster entrypoint does not pass images to its engines yet)", refs[0].where))),
                  rid, keep_alive);
     return;
   }
