@@ -54,25 +54,32 @@ namespace {
 
 class ServerConn : public std::enable_shared_from_this<ServerConn> {
  public:
-  ServerConn(HttpServer::Impl& server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {}
-
-  void Start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+  ServerConn(HttpServer::Impl& server, tcp::socket socket) : server_(server) {
+    stream_.emplace(std::move(socket));
   }
 
-  // Stop(), with no io thread running.
+  void Start() {
+    asio::dispatch(stream_->get_executor(), [self = shared_from_this()] { self->Read(); });
+  }
+
+  // Stop(), with no io thread running: closes the socket and drops the stream while the io
+  // context still exists. A handler may still hold this connection's Respond (an answer it
+  // never sent) after the server is gone; destroying the connection then must not touch the
+  // io context, and a late Respond does nothing.
   void CloseNow() {
+    detached_ = true;
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.socket().close(ec);
+    stream_->socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_->socket().close(ec);
+    stream_.reset();
   }
 
  private:
   void Read() {
     parser_.emplace();
     parser_->body_limit(server_.options.max_body_bytes);
-    stream_.expires_after(server_.options.idle_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
+    stream_->expires_after(server_.options.idle_timeout);
+    http::async_read_header(*stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
@@ -82,12 +89,12 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
       return;
     }
     auto read_body = [self = shared_from_this()] {
-      http::async_read(self->stream_, self->buffer_, *self->parser_,
+      http::async_read(*self->stream_, self->buffer_, *self->parser_,
                        [self](beast::error_code e, size_t) { self->OnRead(e); });
     };
     if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      asio::async_write(stream_, asio::buffer(kContinue), [self = shared_from_this(), read_body](beast::error_code e, size_t) {
+      asio::async_write(*stream_, asio::buffer(kContinue), [self = shared_from_this(), read_body](beast::error_code e, size_t) {
         if (e) {
           self->CloseSend();
           return;
@@ -120,8 +127,8 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
     req.body = std::move(msg.body());
     auto once = std::make_shared<std::atomic<bool>>(false);
     HttpServer::Respond respond = [self = shared_from_this(), once](HttpResponse res) {
-      if (once->exchange(true)) return;
-      asio::dispatch(self->stream_.get_executor(),
+      if (once->exchange(true) || self->detached_) return;
+      asio::dispatch(self->stream_->get_executor(),
                      [self, res = std::move(res)]() mutable { self->Reply(std::move(res)); });
     };
     try {
@@ -153,8 +160,8 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
       res->prepare_payload();
     }
     const bool keep = keep_alive_;
-    stream_.expires_after(server_.options.idle_timeout);
-    http::async_write(stream_, *res, [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
+    stream_->expires_after(server_.options.idle_timeout);
+    http::async_write(*stream_, *res, [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
       if (ec || !keep) {
         self->CloseSend();
         return;
@@ -165,11 +172,12 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
 
   void CloseSend() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_->socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 
   HttpServer::Impl& server_;
-  beast::tcp_stream stream_;
+  std::optional<beast::tcp_stream> stream_;  // reset by CloseNow
+  std::atomic<bool> detached_{false};
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;

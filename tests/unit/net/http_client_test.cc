@@ -370,3 +370,44 @@ TEST(HttpClient, MisuseAndShutdownAreStatuses) {
 
 }  // namespace
 }  // namespace ladle::net
+
+namespace ladle::net {
+namespace {
+
+// A handler that keeps a Respond it never used past the server's life (an async handler still
+// waiting when the server stops): dropping it, or calling it late, must not touch the server's
+// destroyed io context (ASan saw a use-after-free here before connections dropped their
+// streams at Stop).
+TEST(HttpServer, RespondOutlivingTheServerIsHarmless) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<HttpServer::Respond> parked;
+  {
+    auto s = HttpServer::Create({}, [&](HttpRequest, HttpServer::Respond respond) {
+      std::lock_guard lock(mu);
+      parked.push_back(std::move(respond));
+      cv.notify_all();
+    });
+    ASSERT_TRUE(s.ok());
+    auto server = std::move(s).value();
+    server->Start();
+    auto client = MakeClient({});
+    CallOptions o;
+    o.timeout = 2s;
+    auto p = std::make_shared<std::promise<Result<HttpResponse>>>();
+    auto f = p->get_future();
+    client->FetchAsync(Local(server->port()), {}, o, [p](Result<HttpResponse> r) { p->set_value(std::move(r)); });
+    {
+      std::unique_lock lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return !parked.empty(); }));
+    }
+    server.reset();  // stops and destroys the io context while the Respond is parked
+    ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+    EXPECT_FALSE(f.get().ok());
+  }
+  parked[0](HttpResponse::WithBody(200, "text/plain", "late"));
+  parked.clear();
+}
+
+}  // namespace
+}  // namespace ladle::net
