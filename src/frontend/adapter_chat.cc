@@ -81,6 +81,7 @@ Check ParseContent(const Ctx& ctx, const json::Value& msg, const Path& mp, Role 
       }
       ContentPart out;
       out.kind = ContentPart::Kind::kImage;
+      out.image.where = pp.Bracketed();
       LADLE_ADAPT_TRY(ParseImageUrl(ctx, *url, ip.Field("url"), &out.image));
       m->content.push_back(std::move(out));
     } else if (*type == "refusal" && role == Role::kAssistant) {

@@ -52,6 +52,7 @@ Check ParseImageBlock(const Ctx& ctx, const json::Value& block, const Path& bp, 
   const std::string* type = nullptr;
   LADLE_ADAPT_TRY(ExpectEnum(ctx, *type_value, sp.Field("type"), {"base64", "url", "file"}, &type));
   out->kind = ContentPart::Kind::kImage;
+  out->image.where = bp.Bracketed();
   if (*type == "file") {
     return ErrUnsupported(ctx, sp.Field("type"),
                           "file sources are not supported (this server stores no files); send base64 data "

@@ -89,6 +89,7 @@ Check ParseParts(const Ctx& ctx, const json::Value& content, const Path& cp, Rol
       }
       ContentPart out;
       out.kind = ContentPart::Kind::kImage;
+      out.image.where = pp.Bracketed();
       LADLE_ADAPT_TRY(ParseImageUrl(ctx, *url, pp.Field("image_url"), &out.image));
       m->content.push_back(std::move(out));
     } else if (*type == "input_file" || *type == "input_audio") {

@@ -125,8 +125,8 @@ Result<std::string> MessageText(const Message& m, ModelVersion version, size_t i
   bool first = true;
   for (const ContentPart& part : m.content) {
     if (part.kind == ContentPart::Kind::kImage) {
-      return Unsupported(fmt::format("messages[{}]: model version {} takes no image input", index,
-                                     ModelVersionName(version)));
+      const std::string where = part.image.where.empty() ? fmt::format("messages[{}]", index) : part.image.where;
+      return Unsupported(fmt::format("{}: model version {} takes no image input", where, ModelVersionName(version)));
     }
     if (!first) out += '\n';
     out += part.text;
@@ -142,7 +142,7 @@ Status AppendContent(const Message& m, size_t index, PromptBuilder* b) {
     if (!first) b->Text("\n");
     first = false;
     if (part.kind == ContentPart::Kind::kImage) {
-      b->Image(part.image, where);
+      b->Image(part.image, part.image.where.empty() ? where : part.image.where);
     } else {
       b->Text(part.text);
     }

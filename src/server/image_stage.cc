@@ -12,7 +12,11 @@ std::vector<vision::ImageRef> ImageRefs(frontend::Api api, frontend::Request* re
     for (size_t c = 0; c < content.size(); ++c) {
       if (content[c].kind != frontend::ContentPart::Kind::kImage) continue;
       content[c].image.index = static_cast<int>(refs.size());
-      refs.push_back({content[c].image.url, fmt::format("{}[{}].content[{}]", field, m, c)});
+      // The adapters record the part's path as the client wrote it; the conversation's own
+      // numbering is the fallback.
+      std::string where = content[c].image.where;
+      if (where.empty()) where = fmt::format("{}[{}].content[{}]", field, m, c);
+      refs.push_back({content[c].image.url, std::move(where)});
     }
   }
   return refs;

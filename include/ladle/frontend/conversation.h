@@ -22,6 +22,11 @@ struct ImagePart {
   std::string url;          // http(s) URL or data: URI as given
   std::string media_type;   // e.g. "image/png" when known
   int width = 0, height = 0;  // 0 when unknown
+  // The part's place in the request as the client wrote it ("messages[2].content[0].content[1]"
+  // for an image inside an Anthropic tool_result), for errors about this image. Set by the
+  // adapters; the conversation's own message numbering differs once a system prompt or
+  // instructions are moved in.
+  std::string where;
   // Set by whoever has looked at the pixels (the server's image stage) before rendering: how
   // many placeholder tokens the image takes (one per vision patch group), and the image's
   // ordinal in the request, which Prompt::images reports back. A vision version refuses to
