@@ -66,6 +66,13 @@ void AppendVisionMetrics(vision::ImagePipeline& images, std::string* out) {
   counter("ladle_vision_fetched_total", "Images fetched from http(s) URLs.", static_cast<double>(p.fetched));
   counter("ladle_vision_encode_seconds_total", "Time the encoder workers spent encoding.", e.encode_ms_total / 1000.0);
   counter("ladle_vision_patches_total", "Vision patches encoded.", static_cast<double>(e.patches));
+  counter("ladle_vision_embedding_cache_hits_total", "Images whose embeddings came from the cache (no decode or encode).",
+          static_cast<double>(p.cache_hits));
+  counter("ladle_vision_embedding_cache_misses_total", "Images looked up in the embedding cache and not found.",
+          static_cast<double>(p.cache_misses));
+  *out += fmt::format("# HELP ladle_vision_embedding_cache_bytes Embedding cache size.\n"
+                      "# TYPE ladle_vision_embedding_cache_bytes gauge\nladle_vision_embedding_cache_bytes {}\n",
+                      p.cache_bytes);
   *out += fmt::format("# HELP ladle_vision_in_flight Requests in the image stage.\n# TYPE ladle_vision_in_flight gauge\n"
                       "ladle_vision_in_flight {}\n",
                       p.in_flight);

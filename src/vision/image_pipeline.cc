@@ -7,6 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <list>
+#include <optional>
+#include <unordered_map>
+
+#include <xxhash.h>
+
+#include "ladle/core/logging.h"
 #include <mutex>
 
 #include "ladle/core/thread_pool.h"
@@ -77,8 +84,17 @@ class Pipeline final : public ImagePipeline {
 
   const ImagePipelineOptions& options() const override { return options_; }
   PipelineStats GetStats() const override {
-    std::lock_guard lk(mu_);
-    return stats_;
+    PipelineStats s;
+    {
+      std::lock_guard lk(mu_);
+      s = stats_;
+    }
+    std::lock_guard lk(cache_mu_);
+    s.cache_hits = cache_hits_;
+    s.cache_misses = cache_misses_;
+    s.cache_bytes = cache_bytes_;
+    s.cache_entries = lru_.size();
+    return s;
   }
   ImageEncoder& encoder() override { return *encoder_; }
 
@@ -91,7 +107,12 @@ class Pipeline final : public ImagePipeline {
                                         refs.size())));
       return;
     }
-    std::vector<std::shared_ptr<const ImageTensor>> tensors;
+    struct Todo {
+      size_t index;
+      Key key;
+      std::shared_ptr<const ImageTensor> tensor;
+    };
+    std::vector<Todo> todo;
     std::vector<PreparedImage> prepared(refs.size());
     int64_t total_patches = 0;
     for (size_t i = 0; i < refs.size(); ++i) {
@@ -125,6 +146,16 @@ class Pipeline final : public ImagePipeline {
         p.groups = (gh / pre_.merge) * (gw / pre_.merge);
         continue;
       }
+      // The same file again (a conversation resending its images every turn): its embeddings
+      // come from the cache, with no decode, resize or encode.
+      const Key key = KeyOf(fetched->bytes);
+      if (std::optional<PreparedImage> hit = CacheGet(key)) {
+        const double fetch_ms = p.fetch_ms;
+        p = std::move(*hit);
+        p.fetch_ms = fetch_ms;
+        p.decode_ms = p.encode_ms = 0;
+        continue;
+      }
       auto decoded = DecodeImage(fetched->bytes, options_.image);
       if (!decoded.ok()) return Answer(gather, AboutImage(decoded.status(), ref.where));
       auto tensor = Preprocess(*decoded, pre_);
@@ -137,27 +168,28 @@ class Pipeline final : public ImagePipeline {
       p.hash_hi = tensor->hash_hi;
       p.hash_lo = tensor->hash_lo;
       p.decode_ms = MsSince(t1);
-      tensors.push_back(std::make_shared<const ImageTensor>(std::move(tensor).value()));
+      todo.push_back({i, key, std::make_shared<const ImageTensor>(std::move(tensor).value())});
     }
     {
       std::lock_guard lk(gather->mu);
       gather->images = std::move(prepared);
-      gather->remaining = tensors.size();
+      gather->remaining = todo.size();
     }
-    if (measure_only) {
+    if (measure_only || todo.empty()) {
       Answer(gather, Status::Ok());
       return;
     }
     // All at once: the encoder's workers take them in parallel.
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const std::string where = refs[i].where;
-      encoder_->Encode(tensors[i], [this, gather, i, where](Result<EncodedImage> r) {
+    for (const Todo& t : todo) {
+      const std::string where = refs[t.index].where;
+      encoder_->Encode(t.tensor, [this, gather, i = t.index, key = t.key, where](Result<EncodedImage> r) {
         if (!r.ok()) {
           Status s = r.status();
           Answer(gather, Status(s.code(), fmt::format("{}: {}", where, s.message())));
           return;
         }
         bool last = false, bad = false;
+        PreparedImage done;
         {
           std::lock_guard lk(gather->mu);
           if (gather->answered) return;
@@ -166,6 +198,7 @@ class Pipeline final : public ImagePipeline {
           if (!bad) {
             p.embeds = std::move(r->embeds);
             p.encode_ms = r->encode_ms;
+            done = p;
             last = --gather->remaining == 0;
           }
         }
@@ -173,9 +206,54 @@ class Pipeline final : public ImagePipeline {
           Answer(gather, Status(StatusCode::kInternal, fmt::format("{}: the encoder returned the wrong row count", where)));
           return;
         }
+        CachePut(key, std::move(done));
         if (last) Answer(gather, Status::Ok());
       });
     }
+  }
+
+  // The embedding cache: encoded file bytes (XXH3-128) → the prepared image, LRU under a byte
+  // bound (the rows dominate: groups × hidden floats).
+  struct Key {
+    uint64_t hi = 0, lo = 0;
+    bool operator==(const Key& o) const { return hi == o.hi && lo == o.lo; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ull)); }
+  };
+  static Key KeyOf(std::string_view bytes) {
+    const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+    return {h.high64, h.low64};
+  }
+  static size_t CostOf(const PreparedImage& p) { return (p.embeds ? p.embeds->size() * sizeof(float) : 0) + 256; }
+
+  std::optional<PreparedImage> CacheGet(const Key& key) {
+    std::lock_guard lk(cache_mu_);
+    auto it = cache_index_.find(key);
+    if (it == cache_index_.end()) {
+      ++cache_misses_;
+      return std::nullopt;
+    }
+    lru_.splice(lru_.begin(), lru_, it->second);
+    ++cache_hits_;
+    return it->second->second;
+  }
+
+  void CachePut(const Key& key, PreparedImage p) {
+    const size_t cost = CostOf(p);
+    if (options_.embedding_cache_bytes == 0 || cost > options_.embedding_cache_bytes) return;
+    std::lock_guard lk(cache_mu_);
+    if (cache_index_.count(key) != 0) return;
+    lru_.emplace_front(key, std::move(p));
+    cache_index_[key] = lru_.begin();
+    cache_bytes_ += cost;
+    while (cache_bytes_ > options_.embedding_cache_bytes) {
+      const auto& victim = lru_.back();
+      cache_bytes_ -= CostOf(victim.second);
+      cache_index_.erase(victim.first);
+      lru_.pop_back();
+    }
+    LADLE_CHECK(cache_index_.size() == lru_.size());
   }
 
   // Answers once: ok with the images, or the first failure.
@@ -212,6 +290,11 @@ class Pipeline final : public ImagePipeline {
   mutable std::mutex mu_;
   std::condition_variable idle_;
   PipelineStats stats_;
+  mutable std::mutex cache_mu_;
+  std::list<std::pair<Key, PreparedImage>> lru_;  // most recent first
+  std::unordered_map<Key, std::list<std::pair<Key, PreparedImage>>::iterator, KeyHash> cache_index_;
+  size_t cache_bytes_ = 0;
+  uint64_t cache_hits_ = 0, cache_misses_ = 0;
   ThreadPool pool_;  // last: joined first, while everything it uses still exists
 };
 

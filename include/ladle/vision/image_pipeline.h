@@ -35,6 +35,9 @@ struct ImagePipelineOptions {
   int max_images = 16;               // per request
   int64_t max_total_patches = 65536; // per request, over all its images after resizing
   int io_threads = 4;                // fetch + decode + resize, shared by all requests
+  // Embeddings of recent files (keyed by their bytes' XXH3-128), so an image sent again skips
+  // decode, resize and encode. 0: off.
+  size_t embedding_cache_bytes = 256u << 20;
 };
 
 struct ImageRef {
@@ -54,6 +57,7 @@ struct PreparedImage {
 struct PipelineStats {
   uint64_t requests = 0, images = 0, failed = 0, fetched = 0;
   uint64_t in_flight = 0;
+  uint64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0, cache_entries = 0;  // embedding cache
 };
 
 class ImagePipeline {

@@ -158,6 +158,33 @@ TEST(ImagePipeline, DataUrlsBecomeEmbeddings) {
   EXPECT_EQ(s.p->GetStats().in_flight, 0u);
 }
 
+TEST(ImagePipeline, EmbeddingCacheSkipsDecodeAndEncode) {
+  Stage s;
+  const std::string url = PngDataUrl(96, 64, 5);
+  auto first = s.Run({{url, "a"}});
+  ASSERT_TRUE(first.ok());
+  const uint64_t encoded = s.p->encoder().GetStats().images;
+  auto again = s.Run({{url, "b"}, {PngDataUrl(96, 64, 6), "c"}});
+  ASSERT_TRUE(again.ok());
+  // The repeat is served from the cache: same rows (the same buffer), same content hash, and
+  // only the new image reached the encoder.
+  EXPECT_EQ((*again)[0].embeds, (*first)[0].embeds);
+  EXPECT_EQ((*again)[0].hash_lo, (*first)[0].hash_lo);
+  EXPECT_EQ((*again)[0].groups, (*first)[0].groups);
+  EXPECT_EQ(s.p->encoder().GetStats().images, encoded + 1);
+  const PipelineStats st = s.p->GetStats();
+  EXPECT_EQ(st.cache_hits, 1u);
+  EXPECT_EQ(st.cache_entries, 2u);
+  // A zero-byte cache keeps nothing.
+  ImagePipelineOptions off;
+  off.embedding_cache_bytes = 0;
+  Stage none(off);
+  ASSERT_TRUE(none.Run({{url, "a"}}).ok());
+  ASSERT_TRUE(none.Run({{url, "a"}}).ok());
+  EXPECT_EQ(none.p->GetStats().cache_hits, 0u);
+  EXPECT_EQ(none.p->encoder().GetStats().images, 2u);
+}
+
 TEST(ImagePipeline, FailuresNameThePart) {
   ImagePipelineOptions o;
   o.max_images = 2;
