@@ -1,8 +1,16 @@
 #include "vision_common.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "ladle/cluster/vision_rpc.h"
 #include "ladle/core/logging.h"
 #include "ladle/engine/vision_model.h"
 #include "ladle/vision/image_encoder.h"
+#include "serve_common.h"
 
 namespace ladle::app {
 
@@ -14,6 +22,20 @@ void AddVisionFlags(CLI::App* cmd, VisionOpts* o) {
                   "which encoder worker takes an image: fewest-patches (the recipe), round-robin, fewest-images")
       ->capture_default_str()
       ->check(CLI::IsMember({"fewest-patches", "round-robin", "fewest-images"}));
+  cmd->add_option("--vision-encoder", o->vision_encoders,
+                  "a remote `ladle vision-encoder` machine, host:port (repeatable): images go to one of them at "
+                  "random instead of in-process workers")
+      ->take_all()
+      ->allow_extra_args(false)
+      ->delimiter(',');
+  cmd->add_option("--vision-encoder-timeout-ms", o->vision_encoder_timeout_ms,
+                  "deadline of one image on one remote vision encoder (then it is re-routed)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  cmd->add_option("--vision-encoder-cooldown-ms", o->vision_encoder_cooldown_ms,
+                  "a remote vision encoder that failed is picked again after this")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{3600000}));
   cmd->add_flag("--allow-private-image-urls", o->allow_private_image_urls,
                 "fetch image URLs that resolve to loopback or private addresses (off: the SSRF guard refuses them)");
   cmd->add_option("--image-max-bytes", o->image_max_bytes, "largest encoded image")->capture_default_str();
@@ -31,18 +53,66 @@ void AddVisionFlags(CLI::App* cmd, VisionOpts* o) {
       ->check(CLI::Range(1, 64));
 }
 
+std::string VisionFingerprint(const engine::ModelConfig& model, const std::string& model_dir) {
+  std::string fp = engine::ModelFingerprint(model);
+  if (model_dir.empty()) return fp;
+  fp += " weights:";
+  std::error_code err;
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(model_dir, err)) {
+    if (f.path().extension() == ".safetensors") {
+      files.push_back(f.path().filename().string() + "=" + std::to_string(f.file_size(err)));
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) fp += " " + f;
+  return fp;
+}
+
+namespace {
+
+// The remote machines as this server's encoder: checked once at start (a machine of another
+// model is a configuration error; one that is down is only a warning, it may come up later).
+Result<std::unique_ptr<vision::ImageEncoder>> RemoteEncoder(const VisionOpts& o, const engine::ModelConfig& model,
+                                                            const std::string& model_dir) {
+  cluster::RemoteEncoderOptions ro;
+  ro.endpoints = o.vision_encoders;
+  ro.fingerprint = VisionFingerprint(model, model_dir);
+  ro.patch = model.vision_patch;
+  ro.timeout_ms = o.vision_encoder_timeout_ms;
+  ro.dead_cooldown_ms = o.vision_encoder_cooldown_ms;
+  LADLE_ASSIGN_OR_RETURN(auto remote, cluster::RemoteImageEncoder::Create(std::move(ro)));
+  for (const cluster::VisionEndpointInfo& e : remote->Probe(std::min<int64_t>(o.vision_encoder_timeout_ms, 5000))) {
+    if (e.status.code() == StatusCode::kFailedPrecondition) return e.status;
+    if (!e.status.ok()) {
+      LADLE_LOG_WARN("serve.vision_encoder address={} reachable=false error='{}'", e.address, LogSafe(e.status.message()));
+    } else {
+      LADLE_LOG_INFO("serve.vision_encoder address={} reachable=true workers={}", e.address, e.workers);
+    }
+  }
+  return std::unique_ptr<vision::ImageEncoder>(std::move(remote));
+}
+
+}  // namespace
+
 Result<std::shared_ptr<vision::ImagePipeline>> BuildImagePipeline(const VisionOpts& o, const engine::ModelConfig& model,
                                                                   const std::string& model_dir) {
   if (!engine::VisionEnabled(model)) {
     LADLE_LOG_INFO("serve.vision enabled=false reason=\"the model has no vision tower\"");
     return std::shared_ptr<vision::ImagePipeline>();
   }
+  // The local tower: its geometry drives preprocessing even when remote machines encode.
   LADLE_ASSIGN_OR_RETURN(auto tower, engine::VisionModel::Create(model, model_dir));
   std::shared_ptr<const engine::VisionModel> shared(std::move(tower));
-  vision::LocalEncoderOptions lo;
-  lo.workers = o.vision_workers;
-  lo.policy = o.vision_policy;
-  LADLE_ASSIGN_OR_RETURN(auto encoder, vision::MakeLocalEncoder(shared, lo));
+  std::unique_ptr<vision::ImageEncoder> encoder;
+  if (!o.vision_encoders.empty()) {
+    LADLE_ASSIGN_OR_RETURN(encoder, RemoteEncoder(o, model, model_dir));
+  } else {
+    vision::LocalEncoderOptions lo;
+    lo.workers = o.vision_workers;
+    lo.policy = o.vision_policy;
+    LADLE_ASSIGN_OR_RETURN(encoder, vision::MakeLocalEncoder(shared, lo));
+  }
   vision::ImagePipelineOptions po;
   po.image.max_bytes = o.image_max_bytes;
   po.image.max_pixels = o.image_max_pixels;
@@ -55,9 +125,11 @@ Result<std::shared_ptr<vision::ImagePipeline>> BuildImagePipeline(const VisionOp
   po.io_threads = o.image_threads;
   LADLE_ASSIGN_OR_RETURN(auto pipeline, vision::ImagePipeline::Create(po, vision::PreprocessFor(*shared),
                                                                       std::shared_ptr<vision::ImageEncoder>(std::move(encoder))));
-  LADLE_LOG_INFO("serve.vision enabled=true workers={} policy={} patch={} merge={} max_side={} allow_private_urls={}",
-                 o.vision_workers, o.vision_policy, model.vision_patch, model.vision_merge, model.vision_max_side,
-                 o.allow_private_image_urls);
+  LADLE_LOG_INFO("serve.vision enabled=true encoders={} workers={} policy={} patch={} merge={} max_side={} "
+                 "allow_private_urls={}",
+                 o.vision_encoders.empty() ? std::string("local") : fmt::format("{}", fmt::join(o.vision_encoders, ",")),
+                 pipeline->encoder().workers(), o.vision_policy, model.vision_patch, model.vision_merge,
+                 model.vision_max_side, o.allow_private_image_urls);
   return std::shared_ptr<vision::ImagePipeline>(std::move(pipeline));
 }
 

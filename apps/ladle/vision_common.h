@@ -19,6 +19,8 @@ struct VisionOpts {
   int vision_workers = 1;                     // in-process encoder workers
   std::string vision_policy = "fewest-patches";
   std::vector<std::string> vision_encoders;   // remote `ladle vision-encoder` host:port
+  int64_t vision_encoder_timeout_ms = 30000;  // one image on one remote machine
+  int64_t vision_encoder_cooldown_ms = 2000;  // a failed remote machine is picked again after this
   bool allow_private_image_urls = false;
   int64_t image_max_bytes = 20 << 20;
   int64_t image_max_pixels = 32 << 20;
@@ -31,8 +33,16 @@ struct VisionOpts {
 
 void AddVisionFlags(CLI::App* cmd, VisionOpts* o);
 
+// The identity of a vision tower that remote encoders and their clients compare:
+// engine::ModelFingerprint of the config, plus the weight files' names and sizes when the
+// weights come from a folder (the config alone does not tell two checkpoints apart).
+std::string VisionFingerprint(const engine::ModelConfig& model, const std::string& model_dir);
+
 // The image stage for a model: null (images then get a 400) when the model has no vision
-// tower. `model_dir` empty: the built-in seeded tower.
+// tower. `model_dir` empty: the built-in seeded tower. With --vision-encoder, images go to
+// those remote machines (cluster::RemoteImageEncoder) instead of in-process workers; the
+// preprocessing geometry still comes from the local model, and a machine that answers with
+// another model's fingerprint fails the start.
 Result<std::shared_ptr<vision::ImagePipeline>> BuildImagePipeline(const VisionOpts& o, const engine::ModelConfig& model,
                                                                   const std::string& model_dir);
 
