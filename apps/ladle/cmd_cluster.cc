@@ -267,6 +267,7 @@ void RegisterCluster(CLI::App& app, RunFn* run) {
   AddCommonFlags(cmd, &co->ep.serve);
   AddServerFlags(cmd, &co->ep.serve);
   AddEngineFlags(cmd, &co->ep.serve);
+  AddVisionFlags(cmd, &co->ep.vision);
   cmd->add_option("--prefill", co->prefill, "prefill engines")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--decode", co->decode, "decode engines")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--both", co->both, "engines that prefill and decode")->capture_default_str()->check(CLI::NonNegativeNumber);

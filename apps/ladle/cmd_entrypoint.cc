@@ -35,6 +35,24 @@ void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo) {
   cmd->add_option("--etcd-prefix", eo->etcd_prefix, "key prefix of the fleet's engines in etcd")->capture_default_str();
 }
 
+namespace {
+
+// The image stage of an entrypoint: the served model's tower (its config from --model or
+// --model-config, as the engines build theirs), for a version with an image token.
+Result<std::shared_ptr<vision::ImagePipeline>> EntrypointImages(const EntrypointOpts& eo, frontend::ModelVersion v) {
+  if (!frontend::SpecialTokensFor(v).image) return std::shared_ptr<vision::ImagePipeline>();
+  const ServeOpts& o = eo.serve;
+  engine::ModelConfig mc;
+  if (!o.model_config.empty()) {
+    LADLE_ASSIGN_OR_RETURN(mc, engine::ModelConfig::FromFile(o.model_config));
+  } else if (!o.model.empty()) {
+    LADLE_ASSIGN_OR_RETURN(mc, engine::ModelConfig::FromFile(o.model + "/config.json"));
+  }
+  return BuildImagePipeline(eo.vision, mc, o.model);
+}
+
+}  // namespace
+
 int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)> on_ready) {
   const ServeOpts& opts = eo.serve;
   auto tok = LoadTokenizer(opts);
@@ -89,6 +107,12 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
     LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(sc.status().ToString()));
     return 2;
   }
+  auto images = EntrypointImages(eo, tok->version);
+  if (!images.ok()) {
+    LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(images.status().ToString()));
+    return 1;
+  }
+  sc->images = std::move(images).value();
   auto srv = server::Server::Create(std::move(sc).value(), routed->get(), *tok->base);
   if (!srv.ok()) {
     LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(srv.status().ToString()));
@@ -117,6 +141,9 @@ void RegisterEntrypoint(CLI::App& app, RunFn* run) {
   AddCommonFlags(cmd, &eo->serve);
   AddServerFlags(cmd, &eo->serve);
   AddEntrypointFlags(cmd, eo.get());
+  AddVisionFlags(cmd, &eo->vision);
+  cmd->add_option("--model", eo->serve.model, "the served model's weights folder: its vision tower encodes images here");
+  cmd->add_option("--model-config", eo->serve.model_config, "config.json of the served built-in model (its vision tower)");
   cmd->callback([run, eo, cmd] {
     *run = [eo, cmd] {
       if (!FinishFlags(cmd, eo->serve, "entrypoint")) return 2;

@@ -7,6 +7,7 @@
 
 #include "ladle/cluster/routed_engine.h"
 #include "serve_common.h"
+#include "vision_common.h"
 
 namespace ladle::app {
 
@@ -21,6 +22,10 @@ struct EntrypointOpts {
   // Discovery through etcd (docs/cluster.md): engines registered under the prefix join and leave.
   std::string etcd;
   std::string etcd_prefix = "/ladle/engines/";
+  // Images (docs/vision.md): the entrypoint runs the image stage with the served model's vision
+  // tower (serve.model / serve.model_config; the built-in one by default) and sends the engines
+  // the placeholders' embeddings.
+  VisionOpts vision;
 };
 
 void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo);

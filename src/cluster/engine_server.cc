@@ -71,6 +71,7 @@ struct Call {
   EngineServerImpl* srv = nullptr;
   std::string rid;
   std::vector<engine::TokenId> prompt;
+  std::vector<engine::PromptImage> images;  // embeddings from the entrypoint's image stage
   engine::SamplingParams sampling;
   LadleExtras extras;
   RemoteConstraint constraint;
@@ -449,7 +450,9 @@ grpc::ServerWriteReactor<pb::GenerateResponse>* EngineServerImpl::Generate(grpc:
     return fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "ladle engine takes tokenized input only"));
   }
   if (req->has_mm_inputs()) {
-    return fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "multimodal input is not supported by this engine"));
+    auto images = ImagesFromProto(req->mm_inputs());
+    if (!images.ok()) return fail(ToGrpc(images.status()));
+    c->images = std::move(images).value();
   }
   const auto& ids = req->tokenized().input_ids();
   if (ids.empty()) return fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty prompt"));
@@ -620,6 +623,7 @@ void EngineServerImpl::Submit(std::shared_ptr<Call> c, std::shared_ptr<engine::M
   const int rank = PickRank(c->dp_rank);
   engine::SubmitRequest r;
   r.prompt = c->prompt;
+  r.images = c->images;
   r.sampling = c->sampling;
   r.mask = std::move(mask);
   r.agent_traffic = c->extras.agent;

@@ -107,6 +107,7 @@ Result<engine::RequestId> RoutedEngineImpl::Submit(engine::SubmitRequest request
   }
   auto r = std::make_shared<Routed>();
   r->prompt = std::move(request.prompt);
+  r->images = std::move(request.images);
   r->sampling = std::move(request.sampling);
   r->sampling.n = std::max(1, r->sampling.n);
   r->constraint = std::move(constraint);
@@ -204,6 +205,9 @@ std::shared_ptr<StreamCall> RoutedEngineImpl::PrepareCall(Routed& r, Stage stage
   if (r.sampling.n == 1) sp.max_tokens = std::max(0, r.sampling.max_tokens - static_cast<int>(gen.size()));
   if (stage == Stage::kPrefill) sp.max_tokens = 1;
   ToProto(sp, g.mutable_sampling_params());
+  // Every stage gets the images: the decode engine keys the prompt's blocks by them (its
+  // hand-off finds the prefill's blocks) and replays with them if it falls back.
+  if (!r.images.empty()) ImagesToProto(r.images, g.mutable_mm_inputs());
   g.set_stream(true);
   if (e.ladle_engine) {
     LadleExtras x;
@@ -222,7 +226,10 @@ std::shared_ptr<StreamCall> RoutedEngineImpl::PrepareCall(Routed& r, Stage stage
     if (!e.key_extras.empty()) {
       // SWA entries other engines hold for this prefix (a previous turn's, made by the engine
       // that decoded it): the largest two block boundaries.
-      const auto keys = KeysFor(e, tokens);
+      // The directory's keys carry no image hashes, so only blocks before the first image
+      // can name the same prefix the engines keyed.
+      auto keys = KeysFor(e, tokens);
+      if (!r.images.empty()) keys.resize(std::min<size_t>(keys.size(), static_cast<size_t>(r.images[0].pos) / kvcache::kBlockTokens));
       const int64_t now = SteadyMs();
       for (size_t i = keys.size(); i-- > 0 && x.swa_peers.size() < 2;) {
         auto it = swa_dir_.find(keys[i]);

@@ -70,6 +70,7 @@ struct Routed {
   engine::RequestId id = 0;
   std::string rid;
   std::vector<engine::TokenId> prompt;  // as submitted
+  std::vector<engine::PromptImage> images;  // sent with every stage (prefill, decode, re-routes)
   engine::SamplingParams sampling;
   std::string constraint;
   bool agent = false;

@@ -3,14 +3,25 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include "ladle/json/json.h"
 #include "ladle_cluster.grpc.pb.h"
 
 namespace ladle::cluster {
+namespace {
+
+bool ParseHex64(std::string_view s, uint64_t* out) {
+  if (s.size() != 16) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out, 16);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+}  // namespace
 
 std::string ExtrasToJson(const LadleExtras& e) {
   json::Value::Object l;
@@ -220,6 +231,79 @@ void PinGrpcCallbackQueue() {
     p->ctx.set_deadline(std::chrono::system_clock::now());
     p->stub->async()->GetInfo(&p->ctx, &p->req, &p->resp, [](grpc::Status) {});
   });
+}
+
+void ImagesToProto(const std::vector<engine::PromptImage>& images, pb::MultimodalInputs* out) {
+  size_t floats = 0, hidden = 0;
+  for (const auto& im : images) {
+    floats += im.embeds ? im.embeds->size() : 0;
+    if (im.tokens > 0 && im.embeds) hidden = im.embeds->size() / static_cast<size_t>(im.tokens);
+  }
+  std::string bytes;
+  bytes.reserve(floats * 4);
+  uint32_t total = 0;
+  for (const auto& im : images) {
+    auto* ph = out->add_mm_placeholders();
+    ph->set_offset(static_cast<uint32_t>(im.pos));
+    ph->set_length(static_cast<uint32_t>(im.tokens));
+    out->add_mm_hashes(fmt::format("{:016x}{:016x}", im.hash_hi, im.hash_lo));
+    total += static_cast<uint32_t>(im.tokens);
+    if (!im.embeds) continue;
+    for (float f : *im.embeds) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<char>(u >> (8 * b)));
+    }
+  }
+  pb::TensorData& t = (*out->mutable_model_specific_tensors())["image_embeds"];
+  t.add_shape(total);
+  t.add_shape(static_cast<uint32_t>(hidden));
+  t.set_dtype("float32");
+  t.set_inline_(std::move(bytes));
+}
+
+Result<std::vector<engine::PromptImage>> ImagesFromProto(const pb::MultimodalInputs& mm) {
+  if (mm.has_pixel_values()) {
+    return InvalidArgument("this engine takes image embeddings (model_specific_tensors[\"image_embeds\"]), not pixels");
+  }
+  if (mm.mm_placeholders_size() != mm.mm_hashes_size()) {
+    return InvalidArgument("mm_placeholders and mm_hashes differ in length");
+  }
+  auto it = mm.model_specific_tensors().find("image_embeds");
+  if (mm.mm_placeholders_size() == 0) return std::vector<engine::PromptImage>{};
+  if (it == mm.model_specific_tensors().end()) return InvalidArgument("image placeholders without image_embeds");
+  const pb::TensorData& t = it->second;
+  if (t.dtype() != "float32" || t.shape_size() != 2) return InvalidArgument("image_embeds must be float32 [tokens, hidden]");
+  const uint64_t rows = t.shape(0), hidden = t.shape(1);
+  if (hidden == 0 || t.inline_().size() != rows * hidden * 4) {
+    return InvalidArgument("image_embeds' bytes do not match its shape");
+  }
+  std::vector<engine::PromptImage> out;
+  uint64_t row = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(t.inline_().data());
+  for (int i = 0; i < mm.mm_placeholders_size(); ++i) {
+    const auto& ph = mm.mm_placeholders(i);
+    const std::string& h = mm.mm_hashes(i);
+    engine::PromptImage im;
+    im.pos = ph.offset();
+    im.tokens = static_cast<int32_t>(ph.length());
+    if (h.size() != 32 || !ParseHex64(std::string_view(h).substr(0, 16), &im.hash_hi) ||
+        !ParseHex64(std::string_view(h).substr(16), &im.hash_lo)) {
+      return InvalidArgument("mm_hashes must be 32 hex digits");
+    }
+    if (ph.length() == 0 || row + ph.length() > rows) return InvalidArgument("image placeholders exceed image_embeds");
+    auto rows_of = std::make_shared<std::vector<float>>(static_cast<size_t>(ph.length() * hidden));
+    for (size_t k = 0; k < rows_of->size(); ++k) {
+      const unsigned char* q = p + (row * hidden + k) * 4;
+      const uint32_t u = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
+      std::memcpy(&(*rows_of)[k], &u, 4);
+    }
+    row += ph.length();
+    im.embeds = std::move(rows_of);
+    out.push_back(std::move(im));
+  }
+  if (row != rows) return InvalidArgument("image_embeds has rows no placeholder takes");
+  return out;
 }
 
 }  // namespace ladle::cluster

@@ -36,6 +36,16 @@ std::string ExtrasToJson(const LadleExtras& e);
 // Absent or without a "ladle" object: empty extras. Malformed: InvalidArgument.
 Result<LadleExtras> ExtrasFromJson(std::string_view text);
 
+// A prompt's images ↔ the protocol's MultimodalInputs, as precomputed embeddings (the
+// entrypoint runs the image stage; an engine never decodes pixels): mm_placeholders are the
+// runs (offset, length), mm_hashes their content hashes (32 hex digits: hi then lo), and
+// model_specific_tensors["image_embeds"] every run's rows in order, float32 little-endian,
+// shape [placeholders, hidden].
+void ImagesToProto(const std::vector<engine::PromptImage>& images, pb::MultimodalInputs* out);
+// kInvalidArgument for pixel_values (not taken), mismatched lists, a bad hash, or rows that
+// do not divide into the placeholders.
+Result<std::vector<engine::PromptImage>> ImagesFromProto(const pb::MultimodalInputs& mm);
+
 // engine::SamplingParams → the protocol's SamplingParams (stop strings included: the engine
 // owns them; docs/cluster.md, "One owner for stops").
 void ToProto(const engine::SamplingParams& s, pb::SamplingParams* out);

@@ -415,9 +415,6 @@ Status EngineImpl::CheckImages(const SubmitRequest& request) const {
     }
     end = im.pos + im.tokens;
   }
-  if (!request.images.empty() && (request.resume || request.handoff_export)) {
-    return Status(StatusCode::kUnsupported, "images do not take part in a PD hand-off yet");
-  }
   return Status::Ok();
 }
 

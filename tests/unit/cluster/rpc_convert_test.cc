@@ -115,3 +115,62 @@ TEST(RpcConvert, FinishReasons) {
 
 }  // namespace
 }  // namespace ladle::cluster
+
+namespace ladle::cluster {
+namespace {
+
+std::vector<engine::PromptImage> TwoImages() {
+  std::vector<engine::PromptImage> v(2);
+  v[0].pos = 5;
+  v[0].tokens = 2;
+  v[0].hash_hi = 0x0123456789abcdefull;
+  v[0].hash_lo = 0xfedcba9876543210ull;
+  v[0].embeds = std::make_shared<std::vector<float>>(std::vector<float>{1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f});
+  v[1].pos = 300;
+  v[1].tokens = 1;
+  v[1].hash_hi = 7;
+  v[1].hash_lo = 9;
+  v[1].embeds = std::make_shared<std::vector<float>>(std::vector<float>{4.0f, 5.0f, -6.5f});
+  return v;
+}
+
+TEST(RpcConvert, ImagesRoundTripBitForBit) {
+  pb::MultimodalInputs mm;
+  ImagesToProto(TwoImages(), &mm);
+  EXPECT_EQ(mm.mm_hashes(0), "0123456789abcdeffedcba9876543210");
+  auto back = ImagesFromProto(mm);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto want = TwoImages();
+  ASSERT_EQ(back->size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*back)[i].pos, want[i].pos);
+    EXPECT_EQ((*back)[i].tokens, want[i].tokens);
+    EXPECT_EQ((*back)[i].hash_hi, want[i].hash_hi);
+    EXPECT_EQ((*back)[i].hash_lo, want[i].hash_lo);
+    ASSERT_EQ((*back)[i].embeds->size(), want[i].embeds->size());
+    EXPECT_EQ(std::memcmp((*back)[i].embeds->data(), want[i].embeds->data(), want[i].embeds->size() * 4), 0);
+  }
+}
+
+TEST(RpcConvert, MalformedImagesAreInvalidArgument) {
+  auto check = [](const std::function<void(pb::MultimodalInputs*)>& spoil, const char* what) {
+    pb::MultimodalInputs mm;
+    ImagesToProto(TwoImages(), &mm);
+    spoil(&mm);
+    auto r = ImagesFromProto(mm);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << what;
+  };
+  check([](auto* m) { m->mutable_mm_hashes()->RemoveLast(); }, "hash missing");
+  check([](auto* m) { m->set_mm_hashes(0, "xyz"); }, "bad hash");
+  check([](auto* m) { m->mutable_mm_placeholders(1)->set_length(2); }, "more rows than sent");
+  check([](auto* m) { m->mutable_mm_placeholders(1)->set_length(0); }, "empty run");
+  check([](auto* m) { (*m->mutable_model_specific_tensors())["image_embeds"].mutable_inline_()->pop_back(); }, "bytes");
+  check([](auto* m) { (*m->mutable_model_specific_tensors())["image_embeds"].set_dtype("bfloat16"); }, "dtype");
+  check([](auto* m) { m->mutable_model_specific_tensors()->erase("image_embeds"); }, "no embeds");
+  check([](auto* m) { m->mutable_pixel_values()->set_dtype("float32"); }, "pixels");
+  check([](auto* m) { m->mutable_mm_placeholders(1)->set_length(0); m->mutable_mm_placeholders(0)->set_length(1); },
+        "rows left over");
+}
+
+}  // namespace
+}  // namespace ladle::cluster
