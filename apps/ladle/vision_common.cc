@@ -48,6 +48,10 @@ void AddVisionFlags(CLI::App* cmd, VisionOpts* o) {
       ->capture_default_str();
   cmd->add_option("--image-max-redirects", o->image_max_redirects, "redirects followed for an image URL")
       ->capture_default_str();
+  cmd->add_option("--image-cache-mb", o->image_cache_mb,
+                  "embeddings of recent image files kept (an image sent again skips decode and encode); 0: off")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--image-threads", o->image_threads, "threads fetching, decoding and resizing images")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -123,6 +127,7 @@ Result<std::shared_ptr<vision::ImagePipeline>> BuildImagePipeline(const VisionOp
   po.max_images = o.max_images;
   po.max_total_patches = o.max_image_patches;
   po.io_threads = o.image_threads;
+  po.embedding_cache_bytes = static_cast<size_t>(o.image_cache_mb) << 20;
   LADLE_ASSIGN_OR_RETURN(auto pipeline, vision::ImagePipeline::Create(po, vision::PreprocessFor(*shared),
                                                                       std::shared_ptr<vision::ImageEncoder>(std::move(encoder))));
   LADLE_LOG_INFO("serve.vision enabled=true encoders={} workers={} policy={} patch={} merge={} max_side={} "
