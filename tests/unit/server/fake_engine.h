@@ -41,6 +41,7 @@ class FakeEngine : public engine::Engine {
     jobs_.emplace(id, std::move(job));
     last_sampling_ = request.sampling;
     last_prompt_ = request.prompt;
+    last_images_ = request.images;
     ++submitted_;
     return id;
   }
@@ -89,6 +90,10 @@ class FakeEngine : public engine::Engine {
   std::vector<engine::TokenId> last_prompt() const {
     std::lock_guard lock(mu_);
     return last_prompt_;
+  }
+  std::vector<engine::PromptImage> last_images() const {
+    std::lock_guard lock(mu_);
+    return last_images_;
   }
 
  private:
@@ -174,6 +179,7 @@ class FakeEngine : public engine::Engine {
   std::atomic<int> cancelled_{0};
   engine::SamplingParams last_sampling_;
   std::vector<engine::TokenId> last_prompt_;
+  std::vector<engine::PromptImage> last_images_;
   std::thread thread_;
 };
 
