@@ -61,15 +61,8 @@ void RoutedEngineImpl::AddEngine(const std::string& address) {
   }
   auto e = std::make_unique<Endpoint>();
   e->address = a;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
   // Fail fast on a dead peer instead of waiting for a reconnect: the router re-routes.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  e->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+  e->channel = FailFastChannel(a);
   e->vllm = pb::VllmEngine::NewStub(e->channel);
   e->ladle = lrpc::LadleEngine::NewStub(e->channel);
   eps_.push_back(std::move(e));

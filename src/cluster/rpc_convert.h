@@ -2,8 +2,11 @@
 // and the routed engine of the entrypoint. Internal to the cluster module.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <grpcpp/channel.h>
 
 #include "ladle/core/result.h"
 #include "ladle/engine/engine.h"
@@ -67,6 +70,10 @@ void ReadLogprob(const pb::OutputLogProbs& lp, int i, engine::TokenEvent* t);
 // last engine and starts another). Once per process this takes a reference that is never
 // released, so the queue lives as long as the process. Called before any server or channel.
 void PinGrpcCallbackQueue();
+
+// A channel to a peer that fails fast when the peer dies (short reconnect backoff, keepalive
+// pings every 2 s), so a caller re-routes instead of waiting on a reconnect.
+std::shared_ptr<grpc::Channel> FailFastChannel(const std::string& address);
 extern void* g_grpc_callback_queue_pin;  // PinGrpcCallbackQueue's, reachable for LeakSanitizer
 
 }  // namespace ladle::cluster

@@ -19,6 +19,7 @@
 #include "ladle/cluster/vision_rpc.h"
 #include "ladle/core/logging.h"
 #include "ladle/lb/vision_lb.h"
+#include "rpc_convert.h"
 #include "ladle_vision.grpc.pb.h"
 #include "vision_wire.h"
 
@@ -48,15 +49,8 @@ class RemoteEncoderImpl final : public RemoteImageEncoder {
     for (const std::string& ep : o_.endpoints) {
       auto m = std::make_unique<Machine>();
       m->address = ep.rfind("grpc://", 0) == 0 ? ep.substr(7) : ep;
-      grpc::ChannelArguments args;
-      args.SetMaxReceiveMessageSize(64 << 20);
       // Fail fast on a dead machine instead of waiting for a reconnect: the image re-routes.
-      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-      args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-      m->channel = grpc::CreateCustomChannel(m->address, grpc::InsecureChannelCredentials(), args);
+      m->channel = FailFastChannel(m->address);
       m->stub = v1::VisionEncoder::NewStub(m->channel);
       machines_.push_back(std::move(m));
     }

@@ -2,7 +2,6 @@
 // never waits on the encoder, even while another request's image is being encoded, and an image
 // request reaches the engine with one placeholder per patch group and that image's rows.
 #include <gtest/gtest.h>
-#include <png.h>
 
 #include <condition_variable>
 #include <future>
@@ -10,6 +9,7 @@
 
 #include "server_fixture.h"
 #include "ladle/vision/image_pipeline.h"
+#include "test_images.h"
 
 namespace ladle::server::testing {
 namespace {
@@ -59,32 +59,6 @@ class GatedEncoder : public vision::ImageEncoder {
   std::vector<Held> held_;
 };
 
-std::string PngDataUrl(int w, int h) {
-  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3, 128);
-  png_image img{};
-  img.version = PNG_IMAGE_VERSION;
-  img.width = static_cast<png_uint_32>(w);
-  img.height = static_cast<png_uint_32>(h);
-  img.format = PNG_FORMAT_RGB;
-  png_alloc_size_t size = 0;
-  EXPECT_TRUE(png_image_write_to_memory(&img, nullptr, &size, 0, rgb.data(), 0, nullptr));
-  std::string bytes(size, '\0');
-  EXPECT_TRUE(png_image_write_to_memory(&img, bytes.data(), &size, 0, rgb.data(), 0, nullptr));
-  bytes.resize(size);
-  static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out = "data:image/png;base64,";
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kB64[(v >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kB64[v & 63] : '=';
-  }
-  return out;
-}
-
 class VisionStage : public ServerFixture {
  protected:
   void Start() {
@@ -105,7 +79,7 @@ TEST_F(VisionStage, TextRequestsNeverWaitOnTheEncoder) {
   // 128 × 96 px → 8 × 6 patches → 4 × 3 = 12 placeholders.
   const std::string image_body = R"({"model":"ladle","max_tokens":4,"messages":[{"role":"user","content":[)"
                                  R"({"type":"text","text":"look"},{"type":"image_url","image_url":{"url":")" +
-                                 PngDataUrl(128, 96) + R"("}}]}]})";
+                                 ladle::testing::PngDataUrl(128, 96) + R"("}}]}]})";
   auto image_reply = std::async(std::launch::async, [&] { return Post(port_, "/v1/chat/completions", image_body); });
   ASSERT_TRUE(encoder_->WaitHeld(1));
   // The image is held in the encoder; a text request is answered meanwhile.

@@ -1,7 +1,6 @@
 // The encoder workers and the image stage: embeddings equal the vision tower's own, images
 // spread over workers by patches, and every failure names the request part it came from.
 #include <gtest/gtest.h>
-#include <png.h>
 
 #include <condition_variable>
 #include <future>
@@ -11,9 +10,12 @@
 #include "ladle/engine/vision_model.h"
 #include "ladle/vision/image_encoder.h"
 #include "ladle/vision/image_pipeline.h"
+#include "test_images.h"
 
 namespace ladle::vision {
 namespace {
+
+using ladle::testing::PngDataUrl;
 
 std::shared_ptr<const engine::VisionModel> Tower() {
   static std::shared_ptr<const engine::VisionModel> m = [] {
@@ -86,34 +88,6 @@ TEST(LocalEncoder, BadGridFailsThatImageOnly) {
   EXPECT_TRUE(EncodeSync(**enc, Tensor(2, 2)).ok());
   EXPECT_EQ(MakeLocalEncoder(Tower(), {.workers = 0}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(MakeLocalEncoder(Tower(), {.workers = 1, .policy = "fastest"}).ok());
-}
-
-// A w × h RGB PNG as a data: URL (libpng's simplified writer).
-std::string PngDataUrl(int w, int h, uint8_t shade) {
-  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
-  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(shade + i * 7);
-  png_image img{};
-  img.version = PNG_IMAGE_VERSION;
-  img.width = static_cast<png_uint_32>(w);
-  img.height = static_cast<png_uint_32>(h);
-  img.format = PNG_FORMAT_RGB;
-  png_alloc_size_t size = 0;
-  EXPECT_TRUE(png_image_write_to_memory(&img, nullptr, &size, 0, rgb.data(), 0, nullptr));
-  std::string bytes(size, '\0');
-  EXPECT_TRUE(png_image_write_to_memory(&img, bytes.data(), &size, 0, rgb.data(), 0, nullptr));
-  bytes.resize(size);
-  static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out = "data:image/png;base64,";
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kB64[(v >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kB64[v & 63] : '=';
-  }
-  return out;
 }
 
 struct Stage {
