@@ -2,7 +2,8 @@
 // within the endpoint's bound, or waits for one), writes the request and reads the response on
 // the connection's strand, and hands the connection back for reuse when the response ended
 // cleanly with keep-alive. Every Asio/Beast error becomes a Status here; callbacks run inside
-// try/catch, so nothing throws into an io thread.
+// try/catch, so nothing throws into an io thread. A TLS connection is the same state machine
+// with a handshake after the connect: Conn::With hands each read and write the stream to use.
 #include "ladle/net/http_client.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <deque>
 #include <future>
@@ -21,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "http_tls.h"
 #include "ladle/core/logging.h"
 
 namespace ladle::net {
@@ -33,26 +36,65 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// One connection: plain TCP, or TLS over TCP (`tls_context` set). Either way the deadlines live
+// on the TCP layer (beast::tcp_stream), so they bound the handshake and TLS reads too.
 struct Conn {
-  explicit Conn(asio::io_context& io) : stream(asio::make_strand(io)) {}
-  beast::tcp_stream stream;
+  Conn(asio::io_context& io, asio::ssl::context* tls_context) {
+    if (tls_context != nullptr) {
+      tls.emplace(asio::make_strand(io), *tls_context);
+    } else {
+      plain.emplace(asio::make_strand(io));
+    }
+  }
+  beast::tcp_stream& Tcp() { return tls ? tls->next_layer() : *plain; }
+  // Calls f with the stream requests and responses go over.
+  template <typename F>
+  void With(F&& f) {
+    if (tls) {
+      f(*tls);
+    } else {
+      f(*plain);
+    }
+  }
+
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;
   Clock::time_point idle_since{};
 };
 
 // The peer has not closed an idle connection, and sent nothing unasked: a non-blocking peek.
+// For TLS this sees the raw socket: a close_notify alert counts as something sent, so the
+// connection is dropped; bytes OpenSSL already buffered are not seen, and a request sent on such
+// a connection ends as a stale one (retried).
 bool LooksAlive(Conn& c) {
-  if (c.buffer.size() != 0 || !c.stream.socket().is_open()) return false;
+  tcp::socket& socket = c.Tcp().socket();
+  if (c.buffer.size() != 0 || !socket.is_open()) return false;
   char byte;
-  const ssize_t n = ::recv(c.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// Closes the socket; a TLS connection goes without a close_notify (nothing waits for one, and
+// the request/response exchange is already complete or abandoned).
 void CloseConn(Conn& c) {
   beast::error_code ec;
-  c.stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  c.stream.socket().close(ec);
+  c.Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+  c.Tcp().socket().close(ec);
 }
+
+// A transport end with nothing more to read: a close (with or without TLS's close_notify) or reset.
+bool IsClosed(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::ssl::error::stream_truncated;
+}
+
+// Connections that can carry each other's requests share a pool: TLS ones per name verified.
+std::string PoolKey(const Endpoint& ep) {
+  return ep.tls ? fmt::format("tls:{}@{}", ep.TlsName(), ep.ToString()) : ep.ToString();
+}
+
+constexpr std::string_view kHandshake = "TLS handshake";
 
 std::string Ms(std::chrono::milliseconds d) { return fmt::format("{} ms", d.count()); }
 
@@ -68,6 +110,9 @@ struct HttpClient::Impl {
   };
 
   HttpClientOptions options;
+  // Made on the first TLS call (or at Create when a CA file is named); it outlives every Conn.
+  std::mutex tls_mu;
+  std::unique_ptr<asio::ssl::context> tls_context;
   asio::io_context io;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{io.get_executor()};
   std::vector<std::thread> threads;
@@ -81,6 +126,8 @@ struct HttpClient::Impl {
   void Release(const std::string& key, std::unique_ptr<Conn> conn, bool reusable);
   // A waiter whose deadline passed: true if it was still queued (and now is not).
   bool Unqueue(const std::string& key, const Call* call);
+  // The shared TLS client context, made on first use.
+  Result<asio::ssl::context*> TlsContext();
 };
 
 class Call : public std::enable_shared_from_this<Call> {
@@ -89,6 +136,7 @@ class Call : public std::enable_shared_from_this<Call> {
       : client_(client),
         ep_(std::move(ep)),
         key_(ep_.ToString()),
+        pool_key_(PoolKey(ep_)),
         options_(std::move(options)),
         done_(std::move(done)),
         wait_timer_(asio::make_strand(client.io)),
@@ -100,10 +148,18 @@ class Call : public std::enable_shared_from_this<Call> {
   // Never invoked (the client shut down with this call queued or in flight): say so.
   ~Call() { Finish(Status(StatusCode::kCancelled, "http client shut down")); }
 
-  const std::string& key() const { return key_; }
+  const std::string& key() const { return pool_key_; }
 
-  // Builds the Beast request; false (and finished) when it cannot be sent.
+  // Builds the Beast request (and finds the TLS context); false (and finished) when it cannot be sent.
   bool Prepare(const std::string& user_agent) {
+    if (ep_.tls) {
+      Result<asio::ssl::context*> context = client_.TlsContext();
+      if (!context.ok()) {
+        Finish(context.status());
+        return false;
+      }
+      tls_context_ = *context;
+    }
     const http::verb verb = http::string_to_verb(request_.method);
     if (verb == http::verb::unknown) {
       Finish(InvalidArgument("unknown HTTP method '" + request_.method + "'"));
@@ -114,7 +170,11 @@ class Call : public std::enable_shared_from_this<Call> {
       req_.target(request_.target);
       req_.version(11);
       for (const auto& [k, v] : request_.headers) req_.insert(k, v);
-      if (req_.find(http::field::host) == req_.end()) req_.set(http::field::host, key_);
+      if (req_.find(http::field::host) == req_.end()) {
+        // Over TLS to an address checked for a name, the server expects that name.
+        const bool named = ep_.tls && !ep_.tls_host.empty();
+        req_.set(http::field::host, named ? Endpoint{ep_.tls_host, ep_.port}.ToString() : key_);
+      }
       if (req_.find(http::field::user_agent) == req_.end()) req_.set(http::field::user_agent, user_agent);
       req_.body() = std::move(request_.body);
       if (!req_.body().empty() || verb == http::verb::post || verb == http::verb::put) req_.prepare_payload();
@@ -132,7 +192,7 @@ class Call : public std::enable_shared_from_this<Call> {
     asio::dispatch(wait_timer_.get_executor(), [self = shared_from_this()] {
       self->wait_timer_.expires_at(self->deadline_);
       self->wait_timer_.async_wait([self](beast::error_code ec) {
-        if (ec || !self->client_.Unqueue(self->key_, self.get())) return;
+        if (ec || !self->client_.Unqueue(self->pool_key_, self.get())) return;
         self->Finish(Status(StatusCode::kDeadlineExceeded,
                             fmt::format("{}: no connection within {} ({} busy)", self->key_, Ms(self->options_.timeout),
                                         self->client_.options.max_connections_per_endpoint)));
@@ -146,16 +206,22 @@ class Call : public std::enable_shared_from_this<Call> {
 
   // A fresh connection (the slot is already counted).
   void Connect() {
-    conn_ = std::make_unique<Conn>(client_.io);
+    try {  // Asio throws when OpenSSL cannot make the connection's SSL (out of memory)
+      conn_ = std::make_unique<Conn>(client_.io, tls_context_);
+    } catch (const std::exception& e) {
+      client_.Release(pool_key_, nullptr, false);
+      Finish(Status(StatusCode::kUnavailable, fmt::format("{}: cannot open a connection: {}", key_, e.what())));
+      return;
+    }
     reused_ = false;
-    asio::dispatch(conn_->stream.get_executor(), [self = shared_from_this()] { self->Resolve(); });
+    asio::dispatch(conn_->Tcp().get_executor(), [self = shared_from_this()] { self->Resolve(); });
   }
 
   // A pooled connection.
   void Run(std::unique_ptr<Conn> conn) {
     conn_ = std::move(conn);
     reused_ = true;
-    asio::dispatch(conn_->stream.get_executor(), [self = shared_from_this()] { self->Write(); });
+    asio::dispatch(conn_->Tcp().get_executor(), [self = shared_from_this()] { self->Write(); });
   }
 
  private:
@@ -171,8 +237,8 @@ class Call : public std::enable_shared_from_this<Call> {
       return;
     }
     // A name: resolved on Asio's resolver thread, abandoned at the connect deadline.
-    resolver_.emplace(conn_->stream.get_executor());
-    resolve_timer_.emplace(conn_->stream.get_executor());
+    resolver_.emplace(conn_->Tcp().get_executor());
+    resolve_timer_.emplace(conn_->Tcp().get_executor());
     resolve_timer_->expires_at(ConnectDeadline());
     resolve_timer_->async_wait([self = shared_from_this()](beast::error_code e) {
       if (!e) self->resolver_->cancel();
@@ -195,41 +261,64 @@ class Call : public std::enable_shared_from_this<Call> {
   }
 
   void ConnectTo(std::vector<tcp::endpoint> eps) {
-    conn_->stream.expires_at(ConnectDeadline());
+    conn_->Tcp().expires_at(ConnectDeadline());
     auto shared = std::make_shared<std::vector<tcp::endpoint>>(std::move(eps));
-    conn_->stream.async_connect(*shared, [self = shared_from_this(), shared](beast::error_code ec, const tcp::endpoint&) {
+    auto on_connect = [self = shared_from_this(), shared](beast::error_code ec, const tcp::endpoint&) {
       if (ec) {
         self->Fail(ec, "connect");
         return;
       }
       self->client_.opened.fetch_add(1);
-      self->conn_->stream.socket().set_option(tcp::no_delay(true), ec);
+      self->conn_->Tcp().socket().set_option(tcp::no_delay(true), ec);
+      if (self->conn_->tls) {
+        self->Handshake();
+      } else {
+        self->Write();
+      }
+    };
+    conn_->Tcp().async_connect(*shared, std::move(on_connect));
+  }
+
+  // Still under the connect deadline: a server that accepts but never completes a handshake is
+  // as unreachable as one that never accepts.
+  void Handshake() {
+    if (Status s = PrepareTlsConnection(conn_->tls->native_handle(), ep_.TlsName()); !s.ok()) {
+      Abandon(s.WithContext(key_));
+      return;
+    }
+    conn_->tls->async_handshake(asio::ssl::stream_base::client, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) {
+        self->Fail(ec, kHandshake);
+        return;
+      }
       self->Write();
     });
   }
 
   void ArmDeadline() {
     if (deadline_ == Clock::time_point::max()) {
-      conn_->stream.expires_never();
+      conn_->Tcp().expires_never();
     } else {
-      conn_->stream.expires_at(deadline_);
+      conn_->Tcp().expires_at(deadline_);
     }
   }
 
   void Write() {
     if (Clock::now() >= deadline_) {  // it waited in the queue to the end: the connection is fine
-      client_.Release(key_, std::move(conn_), true);
+      client_.Release(pool_key_, std::move(conn_), true);
       Finish(Status(StatusCode::kDeadlineExceeded, fmt::format("{}: deadline of {} exceeded before the request was sent",
                                                                key_, Ms(options_.timeout))));
       return;
     }
     ArmDeadline();
-    http::async_write(conn_->stream, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) {
-        self->Fail(ec, "write");
-        return;
-      }
-      self->ReadHead();
+    conn_->With([&](auto& stream) {
+      http::async_write(stream, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec) {
+          self->Fail(ec, "write");
+          return;
+        }
+        self->ReadHead();
+      });
     });
   }
 
@@ -237,8 +326,9 @@ class Call : public std::enable_shared_from_this<Call> {
     parser_.emplace();
     parser_->body_limit(options_.max_body_bytes);
     if (head_only_) parser_->skip(true);
-    http::async_read_header(conn_->stream, conn_->buffer, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->OnHead(ec);
+    conn_->With([&](auto& stream) {
+      http::async_read_header(stream, conn_->buffer, *parser_,
+                              [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHead(ec); });
     });
   }
 
@@ -252,13 +342,15 @@ class Call : public std::enable_shared_from_this<Call> {
     for (const auto& f : msg) head_.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     streaming_ = options_.on_body && head_.status >= 200 && head_.status < 300;
     if (!streaming_) {
-      http::async_read(conn_->stream, conn_->buffer, *parser_, [self = shared_from_this()](beast::error_code e, size_t) {
-        if (e) {
-          self->Fail(e, "read");
-          return;
-        }
-        self->head_.body = std::move(self->parser_->get().body());
-        self->Complete();
+      conn_->With([&](auto& stream) {
+        http::async_read(stream, conn_->buffer, *parser_, [self = shared_from_this()](beast::error_code e, size_t) {
+          if (e) {
+            self->Fail(e, "read");
+            return;
+          }
+          self->head_.body = std::move(self->parser_->get().body());
+          self->Complete();
+        });
       });
       return;
     }
@@ -271,7 +363,12 @@ class Call : public std::enable_shared_from_this<Call> {
       Complete();
       return;
     }
-    http::async_read_some(conn_->stream, conn_->buffer, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    conn_->With([&](auto& stream) { http::async_read_some(stream, conn_->buffer, *parser_, OnSome()); });
+  }
+
+  // ReadSome's handler: the piece to on_body, then the next read.
+  auto OnSome() {
+    return [self = shared_from_this()](beast::error_code ec, size_t) {
       std::string& body = self->parser_->get().body();
       if (!body.empty()) {
         bool go_on = false;
@@ -295,21 +392,21 @@ class Call : public std::enable_shared_from_this<Call> {
         return;
       }
       self->ReadSome();
-    });
+    };
   }
 
   void Complete() {
     // need_eof: a close-delimited body, so the connection is spent.
     const bool keep = parser_->is_done() && parser_->get().keep_alive() && !parser_->need_eof();
     if (!keep) CloseConn(*conn_);
-    client_.Release(key_, std::move(conn_), keep);
+    client_.Release(pool_key_, std::move(conn_), keep);
     Finish(std::move(head_));
   }
 
   // Ends the call on a connection that cannot be reused.
   void Abandon(Status s) {
     CloseConn(*conn_);
-    client_.Release(key_, std::move(conn_), false);
+    client_.Release(pool_key_, std::move(conn_), false);
     Finish(std::move(s));
   }
 
@@ -317,36 +414,38 @@ class Call : public std::enable_shared_from_this<Call> {
     // A pooled connection the server closed while idle: nothing of an answer came back, so
     // the request was not served; once more on a fresh connection.
     const bool nothing_back = step == "write" || (step == "read" && parser_ && !parser_->got_some());
-    if (reused_ && nothing_back && !retried_ && options_.retry_stale &&
-        (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
-         ec == asio::error::broken_pipe)) {
+    const bool closed = IsClosed(ec) || ec == asio::error::broken_pipe;
+    if (reused_ && nothing_back && !retried_ && options_.retry_stale && closed) {
       retried_ = true;
       client_.stale_retries.fetch_add(1);
       CloseConn(*conn_);
       conn_->buffer.clear();
       parser_.reset();
-      client_.Release(key_, std::move(conn_), false);
+      client_.Release(pool_key_, std::move(conn_), false);
       client_.Acquire(shared_from_this());
       return;
     }
     Status s;
     if (ec == beast::error::timeout) {
-      const bool connecting = step == "connect" || step == "resolve";
+      const bool connecting = step == "connect" || step == "resolve" || step == kHandshake;
       s = Status(StatusCode::kDeadlineExceeded,
                  connecting && ConnectDeadline() < deadline_
                      ? fmt::format("{}: {} timed out after {}", key_, step, Ms(options_.connect_timeout))
                      : fmt::format("{}: deadline of {} exceeded during {}", key_, Ms(options_.timeout), step));
     } else if (ec == http::error::body_limit) {
       s = Status(StatusCode::kOutOfRange, fmt::format("{}: response body over {} bytes", key_, options_.max_body_bytes));
-    } else if (ec == http::error::partial_message || (step == "read" && parser_ && parser_->got_some() &&
-                                                       (ec == http::error::end_of_stream || ec == asio::error::eof ||
-                                                        ec == asio::error::connection_reset))) {
+    } else if (ec == http::error::partial_message ||
+               (step == "read" && parser_ && parser_->got_some() && IsClosed(ec))) {
+      // Over TLS a close without close_notify (stream_truncated) lands here too: a body cut
+      // short by a forged FIN is never taken for a whole one.
       s = Status(StatusCode::kUnavailable, fmt::format("{}: connection closed before the response ended", key_));
+    } else if (step == kHandshake) {
+      s = TlsHandshakeError(conn_->tls->native_handle(), ep_.TlsName(), ec, key_);
     } else {
       s = Status(StatusCode::kUnavailable, fmt::format("{}: {}: {}", key_, step, ec.message()));
     }
     CloseConn(*conn_);
-    client_.Release(key_, std::move(conn_), false);
+    client_.Release(pool_key_, std::move(conn_), false);
     Finish(std::move(s));
   }
 
@@ -366,7 +465,9 @@ class Call : public std::enable_shared_from_this<Call> {
  private:
   HttpClient::Impl& client_;
   Endpoint ep_;
-  std::string key_;
+  std::string key_;       // host:port, for messages
+  std::string pool_key_;  // which pool (PoolKey)
+  asio::ssl::context* tls_context_ = nullptr;  // set for a TLS endpoint; the client's
   CallOptions options_;
   HttpClient::Done done_;
   asio::steady_timer wait_timer_;
@@ -445,6 +546,14 @@ void HttpClient::Impl::Release(const std::string& key, std::unique_ptr<Conn> con
   }
 }
 
+Result<asio::ssl::context*> HttpClient::Impl::TlsContext() {
+  std::lock_guard lock(tls_mu);
+  if (!tls_context) {
+    LADLE_ASSIGN_OR_RETURN(tls_context, MakeTlsClientContext(options.tls_ca_file));
+  }
+  return tls_context.get();
+}
+
 bool HttpClient::Impl::Unqueue(const std::string& key, const Call* call) {
   std::lock_guard lock(mu);
   auto it = pools.find(key);
@@ -468,6 +577,12 @@ Result<std::unique_ptr<HttpClient>> HttpClient::Create(HttpClientOptions options
   }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  // A CA file named is read now, so a bad one fails the start rather than the first call.
+  if (!impl->options.tls_ca_file.empty()) {
+    if (Result<asio::ssl::context*> context = impl->TlsContext(); !context.ok()) {
+      return context.status().WithContext("http client");
+    }
+  }
   Impl* raw = impl.get();
   for (int i = 0; i < raw->options.io_threads; ++i) {
     raw->threads.emplace_back([raw] {
@@ -529,7 +644,7 @@ HttpClientStats HttpClient::stats() const {
 
 size_t HttpClient::open_connections(const Endpoint& endpoint) const {
   std::lock_guard lock(impl_->mu);
-  auto it = impl_->pools.find(endpoint.ToString());
+  auto it = impl_->pools.find(PoolKey(endpoint));
   return it == impl_->pools.end() ? 0 : it->second.open;
 }
 

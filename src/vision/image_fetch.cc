@@ -1,7 +1,8 @@
 // Image URL fetching: data: URL decoding, the address guard, a name lookup bounded by the
 // fetch's deadline, and the redirect loop over net's HttpClient. The guard checks every address
 // a hop's host resolves to, then the client connects to one of those numeric addresses (with
-// the URL's host in the Host header), so the name is never looked up a second time.
+// the URL's host in the Host header, and for https as the TLS name the certificate must carry
+// and the SNI), so the name is never looked up a second time.
 #include "ladle/vision/image_fetch.h"
 
 #include <arpa/inet.h>
@@ -597,8 +598,10 @@ Result<std::unique_ptr<ImageFetcher>> ImageFetcher::Create(FetchLimits limits) {
   net::HttpClientOptions options;
   options.io_threads = 1;  // the client only waits on sockets; the bytes are copied once
   options.user_agent = "ladle-image-fetch";
-  LADLE_ASSIGN_OR_RETURN(std::unique_ptr<net::HttpClient> client, net::HttpClient::Create(std::move(options)));
-  return std::unique_ptr<ImageFetcher>(new ImageFetcher(std::move(limits), std::move(client)));
+  options.tls_ca_file = limits.tls_ca_file;
+  auto client = net::HttpClient::Create(std::move(options));
+  if (!client.ok()) return client.status().WithContext("image fetch");
+  return std::unique_ptr<ImageFetcher>(new ImageFetcher(std::move(limits), std::move(client).value()));
 }
 
 Result<FetchedImage> ImageFetcher::Fetch(const std::string& url) {
@@ -611,9 +614,6 @@ Result<FetchedImage> ImageFetcher::Fetch(const std::string& url) {
 
   LADLE_ASSIGN_OR_RETURN(Url u, ParseHttpUrl(url));
   for (int hop = 0;; ++hop) {
-    if (u.https) {
-      return Unsupported("https image URLs are not supported by this server build; send the image as a data: URL");
-    }
     LADLE_ASSIGN_OR_RETURN(std::vector<std::string> addresses, Resolve(u, deadline, limits_.timeout));
     if (!limits_.allow_private) {
       for (const std::string& a : addresses) {
@@ -643,7 +643,9 @@ Result<FetchedImage> ImageFetcher::Fetch(const std::string& url) {
       req.method = "GET";
       req.target = u.target;
       req.headers = {{"Host", u.Authority()}, {"Accept", "image/*"}, {"Accept-Encoding", "identity"}};
-      response = client_->Fetch(net::Endpoint{addresses[i], u.port}, std::move(req), o);
+      // https: TLS to the checked address, the certificate held to the URL's host (name or literal).
+      const net::Endpoint ep{.host = addresses[i], .port = u.port, .tls = u.https, .tls_host = u.host};
+      response = client_->Fetch(ep, std::move(req), o);
       const bool unreachable = !response.ok() && response.status().code() == StatusCode::kUnavailable && !sink->started;
       if (!unreachable) break;
     }
@@ -675,9 +677,16 @@ Result<FetchedImage> ImageFetcher::Fetch(const std::string& url) {
       if (const auto scheme = SchemeOf(next); scheme && *scheme != "http" && *scheme != "https") {
         // A data: or file: target is never followed: only a URL the guard can check is.
         return InvalidArgument(
-            fmt::format("the image URL redirects to a {}: URL; only http redirects are followed", Quote(*scheme)));
+            fmt::format("the image URL redirects to a {}: URL; only http(s) redirects are followed", Quote(*scheme)));
       }
+      const bool was_https = u.https;
       LADLE_ASSIGN_OR_RETURN(u, ParseHttpUrl(next));
+      if (was_https && !u.https) {
+        // A URL sent as https was meant to arrive intact; an http hop would let anyone on the
+        // path swap the image.
+        return InvalidArgument(fmt::format("the https image URL redirects to http ({}); a downgrade is not followed",
+                                           Quote(u.ToString())));
+      }
       continue;
     }
     if (r.status < 200 || r.status >= 300) {

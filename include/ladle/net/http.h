@@ -23,13 +23,25 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 std::string_view FindHeader(const HttpHeaders& headers, std::string_view name);
 
 // host:port. The host is a name or a numeric address (IPv6 in brackets when written).
+//
+// tls: HTTPS. The client verifies the server's certificate chain (the system's CAs, plus
+// HttpClientOptions::tls_ca_file) and that the certificate is for tls_host, which it also sends
+// as SNI (unless tls_host is a numeric address). tls_host empty: `host`. Setting tls_host apart
+// from host is how a caller that resolved and checked a name itself connects to the address it
+// checked while the certificate is still held to the name:
+//   Endpoint{.host = "93.184.215.14", .port = 443, .tls = true, .tls_host = "example.com"}
 struct Endpoint {
   std::string host;
   uint16_t port = 0;
+  bool tls = false;
+  std::string tls_host = {};
+
+  // The name the certificate must carry (and the SNI): tls_host, or host when that is empty.
+  const std::string& TlsName() const { return tls_host.empty() ? host : tls_host; }
 
   // "host:port" or "[v6]:port"; a missing or bad port is an InvalidArgument.
   static Result<Endpoint> Parse(std::string_view host_port);
-  // "host:port", with brackets around an IPv6 address.
+  // "host:port", with brackets around an IPv6 address (TLS or not).
   std::string ToString() const;
 };
 

@@ -10,11 +10,21 @@
 //     return parser.Feed(bytes, &events).ok();                          // false: stop reading
 //   };
 //
+// HTTPS: an endpoint with tls set (http.h) is reached over TLS 1.2 or later (Debian's OpenSSL
+// through Asio's ssl stream). The certificate chain must verify against the system's CAs (plus
+// HttpClientOptions::tls_ca_file) and the certificate must be for endpoint.TlsName(); there is
+// no switch to turn verification off and no fallback to plain HTTP. TLS connections are pooled
+// like plain ones, apart from them and per TLS name, so a connection verified for one name never
+// carries a request meant for another. The handshake is part of opening a connection: it counts
+// against connect_timeout as well as the call's deadline.
+//
 // Errors are Status values, never exceptions: kDeadlineExceeded when the connect timeout or
 // the call's deadline passes (waiting for a pooled connection included), kUnavailable when the
 // endpoint refuses, resets or closes before the response ends (a close mid-body included),
 // kOutOfRange for a body over max_body_bytes, kCancelled when on_body asked to stop or the
-// client was destroyed, kInvalidArgument for a request Beast cannot send. An HTTP error status
+// client was destroyed, kInvalidArgument for a request Beast cannot send. A certificate that
+// does not verify is kUnavailable, "TLS certificate verification failed for host <name>:
+// <OpenSSL's reason>"; any other failed handshake is kUnavailable too. An HTTP error status
 // is not an error here: it is a response (its body collected even when streaming).
 // A request on a reused connection that the server had closed meanwhile (no byte of a response
 // came back) is retried once on a fresh connection (CallOptions::retry_stale).
@@ -44,10 +54,14 @@ struct HttpClientOptions {
   // An idle pooled connection older than this is closed instead of reused.
   std::chrono::milliseconds idle_timeout{30000};
   std::string user_agent = "ladle";
+  // A PEM file of CA certificates trusted for TLS endpoints besides the system's (a private CA;
+  // tests). Read at Create, so a missing or malformed file fails there (kInvalidArgument).
+  std::string tls_ca_file;
 };
 
 struct CallOptions {
-  // A new connection's TCP connect (name resolution included), within the deadline.
+  // A new connection's TCP connect (name resolution and a TLS handshake included), within the
+  // deadline.
   std::chrono::milliseconds connect_timeout{5000};
   // The whole call: pool wait, connect, write and the last body byte. 0: no deadline.
   std::chrono::milliseconds timeout{30000};
@@ -63,7 +77,7 @@ struct CallOptions {
 
 struct HttpClientStats {
   uint64_t calls = 0;
-  uint64_t connections_opened = 0;  // fresh TCP connections
+  uint64_t connections_opened = 0;  // fresh TCP connections, TLS or not
   uint64_t connections_reused = 0;  // calls served on a pooled keep-alive connection
   uint64_t stale_retries = 0;       // reused connections found closed, retried fresh
 };
@@ -83,7 +97,7 @@ class HttpClient {
   Result<HttpResponse> Fetch(const Endpoint& endpoint, HttpRequest request, const CallOptions& options);
 
   HttpClientStats stats() const;
-  // Open connections to `endpoint` now (busy and idle).
+  // Open connections to `endpoint` now (busy and idle); TLS ones per TLS name.
   size_t open_connections(const Endpoint& endpoint) const;
 
   struct Impl;

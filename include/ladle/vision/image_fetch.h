@@ -1,5 +1,5 @@
-// Image URLs → bytes (issue 18, "Remote URLs"): data: URLs decoded in place, http:// URLs
-// fetched through net's HttpClient behind an SSRF guard.
+// Image URLs → bytes (issue 18, "Remote URLs"): data: URLs decoded in place, http:// and
+// https:// URLs fetched through net's HttpClient behind an SSRF guard.
 //
 //   auto f = ImageFetcher::Create({.max_bytes = 20 << 20});               // once per server
 //   Result<FetchedImage> img = (*f)->Fetch("http://example.com/cat.png");
@@ -13,15 +13,21 @@
 // with --allow-private-image-urls (FetchLimits::allow_private) skips the guard: local tests,
 // or a deployment whose images live on an internal host.
 //
-// https:// URLs are refused (kUnsupported): net has no TLS client yet, and a fetcher that
-// quietly downgraded to http would be worse. Clients send such images as data: URLs.
+// https:// URLs (default port 443) go over TLS 1.2+ to the same checked address: the URL's host
+// is sent as SNI and the certificate must verify for that name (or, for an address literal, that
+// address) against the system's CAs plus FetchLimits::tls_ca_file. A certificate that does not
+// verify fails the fetch; there is no fallback to http. Redirects may go http → https and
+// https → https (each hop guarded like the first); https → http is refused (kInvalidArgument),
+// since the client asked for a transfer nobody on the path could tamper with.
 //
 // Errors, each with a message a client can act on: kInvalidArgument for a malformed URL, a
 // non-2xx answer ("fetching the image URL returned HTTP 404"), a Content-Type that is not
-// image/*, too many redirects or a bad data: URL; kPermissionDenied for a refused address;
-// kResourceExhausted for a body over max_bytes; kDeadlineExceeded when the whole fetch
-// (resolution, every hop, the last body byte) passes limits.timeout; kUnavailable when the
-// host cannot be reached; kUnsupported for https. Nothing throws.
+// image/*, too many redirects, an https → http redirect or a bad data: URL; kPermissionDenied
+// for a refused address; kResourceExhausted for a body over max_bytes; kDeadlineExceeded when
+// the whole fetch (resolution, every hop, the last body byte) passes limits.timeout;
+// kUnavailable when the host cannot be reached, its TLS handshake fails or its certificate does
+// not verify ("TLS certificate verification failed for host example.com: certificate has
+// expired"). Nothing throws.
 #pragma once
 
 #include <chrono>
@@ -50,6 +56,10 @@ struct FetchLimits {
   // allowed to a refused address can be tested with both servers on this machine. Called with
   // a numeric address (as IsBlockedAddress takes it) from the fetching thread; thread-safe.
   std::function<bool(std::string_view address)> is_blocked;
+  // A PEM file of CA certificates trusted for https images besides the system's: for a
+  // deployment whose image hosts use a private CA, and for tests. Empty: the system's only.
+  // A file that cannot be read fails Create (kInvalidArgument).
+  std::string tls_ca_file;
 };
 
 struct FetchedImage {
