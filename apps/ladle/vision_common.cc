@@ -52,6 +52,8 @@ void AddVisionFlags(CLI::App* cmd, VisionOpts* o) {
                   "embeddings of recent image files kept (an image sent again skips decode and encode); 0: off")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--image-ca-file", o->image_ca_file,
+                  "PEM file of extra CA certificates trusted for https image URLs (the system's CAs always are)");
   cmd->add_option("--image-threads", o->image_threads, "threads fetching, decoding and resizing images")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -124,6 +126,7 @@ Result<std::shared_ptr<vision::ImagePipeline>> BuildImagePipeline(const VisionOp
   po.fetch.timeout = std::chrono::milliseconds(o.image_fetch_timeout_ms);
   po.fetch.max_redirects = o.image_max_redirects;
   po.fetch.allow_private = o.allow_private_image_urls;
+  po.fetch.tls_ca_file = o.image_ca_file;
   po.max_images = o.max_images;
   po.max_total_patches = o.max_image_patches;
   po.io_threads = o.image_threads;

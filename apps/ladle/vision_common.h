@@ -29,7 +29,8 @@ struct VisionOpts {
   int64_t image_fetch_timeout_ms = 10000;
   int image_max_redirects = 3;
   int image_threads = 2;
-  int64_t image_cache_mb = 256;  // embedding cache (by file bytes); 0: off
+  int64_t image_cache_mb = 256;
+  std::string image_ca_file;  // extra CA certificates (PEM) for https image URLs; system CAs always  // embedding cache (by file bytes); 0: off
 };
 
 void AddVisionFlags(CLI::App* cmd, VisionOpts* o);

@@ -42,7 +42,7 @@ done
 cluster_port=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['port'])" "$work/ready")
 
 E2E_DIR="$here" python3 - "$serve_port" "$cluster_port" <<'PY'
-import base64, os, struct, sys, zlib
+import base64, os, struct, sys, time, zlib
 sys.path.insert(0, os.environ["E2E_DIR"])
 from serve_util import metrics, post_chat, run_all
 
@@ -75,10 +75,18 @@ for s, w, g in zip(seeds, want, got):
 assert got[0] != got[1], "two different images gave the same answer"
 again = chat(cluster, 1)
 assert again[0] == got[0][0], "the repeat changed the answer"
-m = metrics(cluster)
-assert m.get("ladle_handoff_imports_total", 0) >= 4, m.get("ladle_handoff_imports_total")
-assert m.get("ladle_handoff_fallbacks_total", 0) == 0, m.get("ladle_handoff_fallbacks_total")
-assert m.get("ladle_vision_images_total", 0) >= 4, m.get("ladle_vision_images_total")
+# The entrypoint learns its engines' counters from their load reports (polled), so wait
+# (bounded) for the four hand-offs to show.
+deadline = time.time() + 20
+while True:
+    m = metrics(cluster)
+    if m.get("ladle_handoff_imports_total", 0) >= 4 or time.time() > deadline:
+        break
+    time.sleep(0.2)
+handoff = {k: v for k, v in m.items() if "handoff" in k}
+assert m.get("ladle_handoff_imports_total", 0) >= 4, handoff
+assert m.get("ladle_handoff_fallbacks_total", 0) == 0, handoff
+assert m.get("ladle_vision_images_total", 0) >= 4, {k: v for k, v in m.items() if "vision" in k}
 print("vision cluster: 3 image requests equal to ladle serve through PD, hand-offs exact, repeat consistent")
 PY
 
