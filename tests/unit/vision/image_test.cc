@@ -4,8 +4,9 @@
 // Damaged input (every prefix of small files, random byte flips, headers declaring huge sizes)
 // must give an error, never a crash or a large allocation.
 //
-// LADLE_WRITE_IMAGE_SEEDS=<dir> makes WriteFuzzSeeds write the fuzz corpus seeds there
-// (fuzz/corpus/image/).
+// The fuzz corpus seeds (fuzz/corpus/image/) come from a disabled test, not part of any run:
+//   LADLE_WRITE_IMAGE_SEEDS=fuzz/corpus/image build/tests/unit/vision/vision_test \
+//     --gtest_also_run_disabled_tests --gtest_filter='ImageSeedsTest.*'
 #include <gif_lib.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -1029,8 +1030,9 @@ TEST(ImagePreprocessTest, HashIsTheDecodedPicture) {
   EXPECT_NE(ha->hash_lo, hb->hash_lo);
 }
 
-// Writes fuzz/corpus/image/ seeds when LADLE_WRITE_IMAGE_SEEDS names a directory.
-TEST(ImageSeedsTest, WriteFuzzSeeds) {
+// Writes fuzz/corpus/image/ seeds when LADLE_WRITE_IMAGE_SEEDS names a directory (a tool, so
+// disabled: see the top of the file).
+TEST(ImageSeedsTest, DISABLED_WriteFuzzSeeds) {
   const char* dir = std::getenv("LADLE_WRITE_IMAGE_SEEDS");
   if (!dir) GTEST_SKIP() << "LADLE_WRITE_IMAGE_SEEDS not set";
   const auto rgb = Pattern(8, 6, 1);
