@@ -5,6 +5,7 @@
 //   std::optional<std::string> raw = Base64Decode(b);          // nullopt on malformed input
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,34 +41,52 @@ inline std::string Base64Encode(std::string_view in) {
 // the end, a length that no encoding has, or non-zero bits after the last byte. Padding may
 // be left out ("YQ" and "YQ==" both decode to "a").
 inline std::optional<std::string> Base64Decode(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
+  // A table, four characters to three bytes per step, into a sized buffer: images arrive as
+  // megabytes of base64 in data: URLs, and a character-at-a-time loop cost 20 ms on 1.7 MB.
+  static constexpr auto kValue = [] {
+    std::array<int8_t, 256> t{};
+    t.fill(-1);
+    for (int i = 0; i < 26; ++i) t[static_cast<size_t>('A' + i)] = static_cast<int8_t>(i);
+    for (int i = 0; i < 26; ++i) t[static_cast<size_t>('a' + i)] = static_cast<int8_t>(26 + i);
+    for (int i = 0; i < 10; ++i) t[static_cast<size_t>('0' + i)] = static_cast<int8_t>(52 + i);
+    t[static_cast<size_t>('+')] = 62;
+    t[static_cast<size_t>('/')] = 63;
+    return t;
+  }();
   if (in.size() % 4 == 0 && !in.empty()) {
     if (in.back() == '=') in.remove_suffix(1);
     if (in.back() == '=') in.remove_suffix(1);
   }
   if (in.size() % 4 == 1) return std::nullopt;
-  std::string out;
-  out.reserve(in.size() / 4 * 3 + 2);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    const int v = value(c);
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
+  const size_t full = in.size() / 4, rest = in.size() % 4;
+  std::string out(full * 3 + (rest == 0 ? 0 : rest - 1), '\0');
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+  char* o = out.data();
+  for (size_t g = 0; g < full; ++g, p += 4, o += 3) {
+    const int a = kValue[p[0]], b = kValue[p[1]], c = kValue[p[2]], d = kValue[p[3]];
+    if ((a | b | c | d) < 0) return std::nullopt;
+    const uint32_t v = (static_cast<uint32_t>(a) << 18) | (static_cast<uint32_t>(b) << 12) |
+                       (static_cast<uint32_t>(c) << 6) | static_cast<uint32_t>(d);
+    o[0] = static_cast<char>(v >> 16);
+    o[1] = static_cast<char>(v >> 8);
+    o[2] = static_cast<char>(v);
+  }
+  if (rest > 0) {  // 2 or 3 characters: 1 or 2 bytes, the bits after them zero
+    uint32_t v = 0;
+    for (size_t k = 0; k < rest; ++k) {
+      const int x = kValue[p[k]];
+      if (x < 0) return std::nullopt;
+      v = (v << 6) | static_cast<uint32_t>(x);
+    }
+    if (rest == 2) {
+      if ((v & 0xF) != 0) return std::nullopt;
+      o[0] = static_cast<char>(v >> 4);
+    } else {
+      if ((v & 0x3) != 0) return std::nullopt;
+      o[0] = static_cast<char>(v >> 10);
+      o[1] = static_cast<char>(v >> 2);
     }
   }
-  if ((acc & ((1u << bits) - 1)) != 0) return std::nullopt;  // leftover bits must be zero
   return out;
 }
 
