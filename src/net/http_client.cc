@@ -358,14 +358,6 @@ class Call : public std::enable_shared_from_this<Call> {
     ReadSome();
   }
 
-  void ReadSome() {
-    if (parser_->is_done()) {
-      Complete();
-      return;
-    }
-    conn_->With([&](auto& stream) { http::async_read_some(stream, conn_->buffer, *parser_, OnSome()); });
-  }
-
   // ReadSome's handler: the piece to on_body, then the next read.
   auto OnSome() {
     return [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -393,6 +385,15 @@ class Call : public std::enable_shared_from_this<Call> {
       }
       self->ReadSome();
     };
+  }
+
+  // After OnSome: a function with a deduced return type must be defined before a call (clang).
+  void ReadSome() {
+    if (parser_->is_done()) {
+      Complete();
+      return;
+    }
+    conn_->With([&](auto& stream) { http::async_read_some(stream, conn_->buffer, *parser_, OnSome()); });
   }
 
   void Complete() {
