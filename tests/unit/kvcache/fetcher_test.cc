@@ -428,9 +428,11 @@ TEST(KvFetcher, SigkilledFetcherFailsEverythingPendingWithin2s) {
     o.socket_path = sock;
     o.block_bytes = kBlock;
     o.shm_bytes = 16 * kBlock;
+    // Dead before the socket listens: set after Start, a client could connect and have its put
+    // answered in the moment between (seen once under load).
+    FaultControl::Named(fault)->dead = true;
     auto srv = FetcherServer::Start(o);
     if (!srv.ok()) ::_exit(3);
-    FaultControl::Named(fault)->dead = true;
     for (;;) ::pause();
   }
   auto killer = [pid] {
