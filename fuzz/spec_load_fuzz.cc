@@ -58,7 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!t->Save(again).ok()) Fail("a loaded SPS table does not save");
     auto u = SpsTable::Load(again);
     if (!u.ok() || u->tokens != t->tokens || u->sps != t->sps) Fail("an SPS table does not round-trip");
-    for (int64_t b : {int64_t{1}, t->tokens.back(), t->tokens.back() * 2 + 1}) {
+    // Past the last entry too, without overflowing when it is near INT64_MAX.
+    const int64_t last = t->tokens.back();
+    const int64_t past = last > INT64_MAX / 2 - 1 ? INT64_MAX : last * 2 + 1;
+    for (int64_t b : {int64_t{1}, last, past}) {
       const double v = t->At(b);
       if (!(v > 0) || !std::isfinite(v)) Fail("SPS is not a positive finite rate");
     }
