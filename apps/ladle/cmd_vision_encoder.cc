@@ -79,7 +79,7 @@ int RunVisionEncoder(const VisionEncoderOpts& o) {
   const vision::PreprocessConfig pre = vision::PreprocessFor(*shared);
   cluster::VisionEncoderServerOptions so;
   so.listen = fmt::format("{}:{}", o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, o.port);
-  so.fingerprint = VisionFingerprint(config, o.model);
+  so.fingerprint = WeightsFingerprint(config, o.model);
   so.patch = pre.patch;
   so.merge = pre.merge;
   so.max_side = config.vision_max_side;

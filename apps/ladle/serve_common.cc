@@ -281,19 +281,8 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
     // DP ranks of one instance share the host's SWA pool (and an engine server serves it).
     ec.swa_pool = std::make_shared<engine::SwaPool>(engine::SwaPoolOptions{ec.swa_pool_bytes, ec.swa_ttl_ms});
   }
-  if (!o.model.empty()) {
-    // The config alone does not tell two checkpoints apart: add the weight files' names and
-    // sizes, so blocks of different weights never share store keys.
-    std::string fp = engine::ModelFingerprint(model_config) + " weights:";
-    std::error_code err;
-    std::vector<std::string> files;
-    for (const auto& f : std::filesystem::directory_iterator(o.model, err)) {
-      if (f.path().extension() == ".safetensors") files.push_back(f.path().filename().string() + "=" + std::to_string(f.file_size(err)));
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) fp += " " + f;
-    ec.model_fingerprint = fp;
-  }
+  // Blocks of different weights never share store keys.
+  if (!o.model.empty()) ec.model_fingerprint = WeightsFingerprint(model_config, o.model);
   stack->key_extras.push_back({kvcache::ExtraTag::kModel,
                                ec.model_fingerprint.empty() ? engine::ModelFingerprint(model_config) : ec.model_fingerprint});
   if (ec.cache_salt != 0) stack->key_extras.push_back({kvcache::ExtraTag::kCacheSalt, std::to_string(ec.cache_salt)});
@@ -363,6 +352,22 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
     if (auto cm = engine::CostModel::Load(ec.cost_model_path); cm.ok()) stack->cost = *cm;
   }
   return stack;
+}
+
+std::string WeightsFingerprint(const engine::ModelConfig& model, const std::string& model_dir) {
+  std::string fp = engine::ModelFingerprint(model);
+  if (model_dir.empty()) return fp;
+  fp += " weights:";
+  std::error_code err;
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(model_dir, err)) {
+    if (f.path().extension() == ".safetensors") {
+      files.push_back(f.path().filename().string() + "=" + std::to_string(f.file_size(err)));
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) fp += " " + f;
+  return fp;
 }
 
 Result<server::ServerConfig> BuildServerConfig(const ServeOpts& o, frontend::ModelVersion version, int64_t max_model_len) {

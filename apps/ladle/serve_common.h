@@ -119,6 +119,11 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
                                                       std::shared_ptr<engine::SwaDirectory> swa_directory = nullptr,
                                                       std::string swa_holder = "local");
 
+// A model's identity for keys and peers: engine::ModelFingerprint of the config, plus the weight
+// files' names and sizes when the weights come from a folder (the config alone does not tell two
+// checkpoints apart). Block store keys and remote vision encoders both compare it.
+std::string WeightsFingerprint(const engine::ModelConfig& model, const std::string& model_dir);
+
 // The HTTP server's settings from the flags. `max_model_len` is the limit clients see.
 Result<server::ServerConfig> BuildServerConfig(const ServeOpts& o, frontend::ModelVersion version, int64_t max_model_len);
 

@@ -59,22 +59,6 @@ void AddVisionFlags(CLI::App* cmd, VisionOpts* o) {
       ->check(CLI::Range(1, 64));
 }
 
-std::string VisionFingerprint(const engine::ModelConfig& model, const std::string& model_dir) {
-  std::string fp = engine::ModelFingerprint(model);
-  if (model_dir.empty()) return fp;
-  fp += " weights:";
-  std::error_code err;
-  std::vector<std::string> files;
-  for (const auto& f : std::filesystem::directory_iterator(model_dir, err)) {
-    if (f.path().extension() == ".safetensors") {
-      files.push_back(f.path().filename().string() + "=" + std::to_string(f.file_size(err)));
-    }
-  }
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) fp += " " + f;
-  return fp;
-}
-
 namespace {
 
 // The remote machines as this server's encoder: checked once at start (a machine of another
@@ -83,7 +67,7 @@ Result<std::unique_ptr<vision::ImageEncoder>> RemoteEncoder(const VisionOpts& o,
                                                             const std::string& model_dir) {
   cluster::RemoteEncoderOptions ro;
   ro.endpoints = o.vision_encoders;
-  ro.fingerprint = VisionFingerprint(model, model_dir);
+  ro.fingerprint = WeightsFingerprint(model, model_dir);
   ro.patch = model.vision_patch;
   ro.timeout_ms = o.vision_encoder_timeout_ms;
   ro.dead_cooldown_ms = o.vision_encoder_cooldown_ms;

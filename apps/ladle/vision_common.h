@@ -35,10 +35,6 @@ struct VisionOpts {
 
 void AddVisionFlags(CLI::App* cmd, VisionOpts* o);
 
-// The identity of a vision tower that remote encoders and their clients compare:
-// engine::ModelFingerprint of the config, plus the weight files' names and sizes when the
-// weights come from a folder (the config alone does not tell two checkpoints apart).
-std::string VisionFingerprint(const engine::ModelConfig& model, const std::string& model_dir);
 
 // The image stage for a model: null (images then get a 400) when the model has no vision
 // tower. `model_dir` empty: the built-in seeded tower. With --vision-encoder, images go to
