@@ -52,6 +52,7 @@ void PromptBuilder::Special(std::string_view spelling) {
   p.id = c->id;
   prompt_.text.append(spelling);
   prompt_.pieces.push_back(p);
+  ++specials_;
 }
 
 void PromptBuilder::Text(std::string_view untrusted) {
@@ -99,8 +100,7 @@ void PromptBuilder::Image(const ImagePart& image, std::string_view where) {
     return;
   }
   PromptImage im;
-  im.first_special = 0;
-  for (const PromptPiece& p : prompt_.pieces) im.first_special += p.kind == PromptPiece::Kind::kSpecial;
+  im.first_special = specials_;
   im.tokens = image.placeholder_tokens;
   im.image_index = image.index;
   for (int i = 0; i < image.placeholder_tokens; ++i) Special(kImage);

@@ -68,6 +68,7 @@ class PromptBuilder {
   const Control* Find(std::string_view spelling) const;
 
   Prompt prompt_;
+  size_t specials_ = 0;  // kSpecial pieces so far (an image records where its run starts)
   std::vector<Control> controls_;
   Status status_;
 };
