@@ -15,6 +15,11 @@ int64_t SteadyMs() {
       .count();
 }
 
+int64_t SteadyUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 RoutedEngineImpl::RoutedEngineImpl(RoutedEngineOptions o) : o_(std::move(o)) {}
 
 RoutedEngineImpl::~RoutedEngineImpl() { Shutdown(); }
@@ -296,8 +301,12 @@ void RoutedEngineImpl::OnResponse(const std::shared_ptr<Routed>& r, StreamCall* 
       generated_ += out.tokens.size();
       if (r->awaiting_first_decode && call->stage() != Stage::kPrefill && !out.tokens.empty()) {
         r->awaiting_first_decode = false;
-        handoff_ms_.push_back(static_cast<double>(SteadyMs() - r->prefill_done_ms));
+        const double s = static_cast<double>(SteadyUs() - r->prefill_done_us) * 1e-6;
+        handoff_ms_.push_back(s * 1e3);
         if (handoff_ms_.size() > 4096) handoff_ms_.pop_front();
+        const auto& bounds = engine::kHandoffLatencyBoundsS;
+        handoff_buckets_[static_cast<size_t>(std::lower_bound(std::begin(bounds), std::end(bounds), s) - std::begin(bounds))]++;
+        handoff_seconds_ += s;
       }
       deliver = !out.tokens.empty();
     } else if (m.has_complete()) {
@@ -308,7 +317,7 @@ void RoutedEngineImpl::OnResponse(const std::shared_ptr<Routed>& r, StreamCall* 
       if (call->stage() == Stage::kPrefill && kind == engine::FinishKind::kLength &&
           static_cast<int>(r->generated[0].size()) < r->sampling.max_tokens) {
         // The prefill's one token is out: the rest is the decode engine's (after OnDone).
-        r->prefill_done_ms = SteadyMs();
+        r->prefill_done_us = SteadyUs();
         r->prefill_ep = call->ep();
         if (c.has_kv_transfer_params_json()) {
           if (auto x = ExtrasFromJson(c.kv_transfer_params_json()); x.ok()) r->handoff_id = x->handoff_id;

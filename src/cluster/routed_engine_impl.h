@@ -4,9 +4,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -91,7 +93,7 @@ struct Routed {
   double charged_quota = 0;
   // PD hand-off.
   int prefill_ep = -1;
-  int64_t prefill_done_ms = 0;
+  int64_t prefill_done_us = 0;  // steady clock
   bool awaiting_first_decode = false;
   bool in_prefill_router = false;
   std::string handoff_id;  // the prefill's exported state, to be taken by the decode engine
@@ -195,6 +197,9 @@ class RoutedEngineImpl final : public RoutedEngine {
   std::unordered_map<kvcache::BlockKey, std::pair<int, int64_t>, kvcache::BlockKeyHash> swa_dir_;
   uint64_t reroutes_ = 0, handoffs_ = 0, handoff_timeouts_ = 0, generated_ = 0;
   std::deque<double> handoff_ms_;
+  // The hand-off latency histogram (engine::kHandoffLatencyBoundsS, then +Inf) and its sum.
+  std::array<uint64_t, std::size(engine::kHandoffLatencyBoundsS) + 1> handoff_buckets_{};
+  double handoff_seconds_ = 0;
   // Hand-offs waiting for the store to show the prefill's blocks.
   struct Handoff {
     std::shared_ptr<Routed> r;
@@ -215,5 +220,6 @@ class RoutedEngineImpl final : public RoutedEngine {
 };
 
 int64_t SteadyMs();
+int64_t SteadyUs();
 
 }  // namespace ladle::cluster

@@ -366,6 +366,10 @@ engine::Stats RoutedEngineImpl::GetStats() const {
   s.running = reqs_.size();
   s.queue_depth = handoffs_waiting_.size() + prefill_queued_.size();
   s.generated_tokens = generated_;
+  if (handoffs_ > 0) {
+    s.handoff_latency_buckets.assign(handoff_buckets_.begin(), handoff_buckets_.end());
+    s.handoff_latency_seconds_total = handoff_seconds_;
+  }
   return s;
 }
 

@@ -148,6 +148,19 @@ std::string Metrics::Render(const engine::Stats& stats) {
         stats.handoff_imports);
   gauge("ladle_handoff_fallbacks_total", "counter",
         "PD hand-off: states that were missing or did not fit (the request took the hit policy).", stats.handoff_fallbacks);
+  if (!stats.handoff_latency_buckets.empty()) {
+    out += "# HELP ladle_handoff_latency_seconds PD hand-off: a prefill's first token to the decode engine's first.\n"
+           "# TYPE ladle_handoff_latency_seconds histogram\n";
+    uint64_t cum = 0;
+    const auto& bounds = engine::kHandoffLatencyBoundsS;
+    for (size_t i = 0; i < std::size(bounds) && i < stats.handoff_latency_buckets.size(); ++i) {
+      cum += stats.handoff_latency_buckets[i];
+      fmt::format_to(it, "ladle_handoff_latency_seconds_bucket{{le=\"{}\"}} {}\n", bounds[i], cum);
+    }
+    if (stats.handoff_latency_buckets.size() > std::size(bounds)) cum += stats.handoff_latency_buckets.back();
+    fmt::format_to(it, "ladle_handoff_latency_seconds_bucket{{le=\"+Inf\"}} {}\nladle_handoff_latency_seconds_sum {}\n"
+                   "ladle_handoff_latency_seconds_count {}\n", cum, stats.handoff_latency_seconds_total, cum);
+  }
   if (!stats.spec_verify_lengths.empty()) {
     gauge("ladle_spec_draft_tokens_total", "counter", "Speculative decoding: draft tokens verified.", stats.spec_draft_tokens);
     gauge("ladle_spec_accepted_tokens_total", "counter", "Speculative decoding: draft tokens accepted.",

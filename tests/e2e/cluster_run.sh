@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # `ladle cluster` end to end: cluster_run.sh <ladle binary> [streams] [max_tokens]
-# 1. The official SDK suite (e2e.mjs, unchanged) against `ladle cluster --prefill 1 --decode 1`
+# 1. The official SDK suite (e2e.mjs, unchanged) against `ladle cluster --prefill 2 --decode 2`
 #    (and a one-engine cluster with --max-queue 1 for its back-pressure checks).
-# 2. The kill test: concurrent greedy streams, the decode engine killed with SIGKILL mid-stream:
-#    no client-visible error, nothing lost or repeated (cluster_kill.py).
+# 2. The kill test on another `--prefill 2 --decode 2` cluster: 128 concurrent greedy streams, a
+#    decode engine killed with SIGKILL mid-stream: no client-visible error, nothing lost or
+#    repeated, every stream's tokens equal to its unfaulted reference (cluster_kill.py). The long
+#    form, LADLE_E2E_CLUSTER_DURATION=60, then holds the 128 streams for 60 s (each client resending)
+#    and kills the other decode engine at 30 s, with the same checks on every answer.
 # 3. The killed engine is restarted by the cluster and rejoins the entrypoint.
 # 4. SIGTERM stops the cluster and every process it started.
 # The built-in model at a tiny size (bench/serve/tiny_model.json) so it runs on 2 cores.
@@ -12,7 +15,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 ladle="$1"
-streams="${2:-16}"
+streams="${2:-128}"
 max_tokens="${3:-48}"
 E2E_NAME=e2e_cluster
 source "$here/common.sh"
@@ -50,19 +53,23 @@ start_cluster() {
   exit 1
 }
 
-start_cluster main --prefill 1 --decode 1 --max-queue 512 --max-running 64 --kv-blocks 512
+start_cluster main --prefill 2 --decode 2 --max-queue 512 --max-running 64 --kv-blocks 512
 main_port="$port"; main_pid="${pids[0]}"
 start_cluster small --prefill 0 --decode 0 --both 1 --max-queue 1
 small_port="$port"; small_pid="${pids[1]}"
-echo "e2e_cluster: clusters on ports $main_port (prefill 1 + decode 1) and $small_port (both 1, max-queue 1)"
+echo "e2e_cluster: clusters on ports $main_port (prefill 2 + decode 2) and $small_port (both 1, max-queue 1)"
 status=0
 
 node "$here/e2e.mjs" "http://127.0.0.1:$main_port" "http://127.0.0.1:$small_port" "$key" 5 32 || status=1
 
 # The kill test's client sends no key: a keyless cluster.
-cluster_keys="" start_cluster kill --prefill 1 --decode 2 --max-queue 512 --max-running 64 --kv-blocks 512 --dead-after-ms 1000
+cluster_keys="" start_cluster kill --prefill 2 --decode 2 --max-queue 512 --max-running 128 --kv-blocks 1024 --dead-after-ms 1000
 kill_port="$port"; kill_pid="${pids[2]}"
 python3 "$here/cluster_kill.py" "$kill_port" "$work/kill.ready" "$streams" "$max_tokens" decode-0 || status=1
+if [[ -n "${LADLE_E2E_CLUSTER_DURATION:-}" ]]; then
+  python3 "$here/cluster_kill.py" "$kill_port" "$work/kill.ready" "$streams" "$max_tokens" decode-1 \
+    --duration "$LADLE_E2E_CLUSTER_DURATION" || status=1
+fi
 
 # The killed engine comes back on its port and rejoins (a second engine_alive for it).
 rejoined=0

@@ -109,6 +109,10 @@ struct Output {
   std::shared_ptr<const HandoffState> handoff;
 };
 
+// Upper bounds (seconds) of Stats::handoff_latency_buckets, as /metrics renders them.
+inline constexpr double kHandoffLatencyBoundsS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                    0.05,   0.1,   0.25,   0.5,   1,    2.5};
+
 struct Stats {
   size_t queue_depth = 0;
   size_t running = 0;
@@ -146,6 +150,11 @@ struct Stats {
   // fell back to the ordinary path (a full block missing from pool and store, a size or model
   // mismatch): they recompute, with the hit policy.
   uint64_t handoff_exports = 0, handoff_imports = 0, handoff_fallbacks = 0;
+  // The hand-off's latency as an entrypoint sees it (a prefill's first token to the decode
+  // engine's first): counts per bucket of kHandoffLatencyBoundsS (one more: above the last),
+  // and their sum in seconds. Empty where there is no hand-off (one engine).
+  std::vector<uint64_t> handoff_latency_buckets;
+  double handoff_latency_seconds_total = 0;
   // Speculative decoding: drafts verified (Σ L over requests and steps), of them accepted, the
   // verify tokens (Σ (L + 1)), and how many request-steps verified L drafts (index L).
   uint64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_tokens = 0;

@@ -192,6 +192,21 @@ TEST_F(Cluster, PrefillThenDecodeIsExact) {
   std::cout << "hand-off ms (prefill done -> first decode token), in prompt order:";
   for (double ms : cs.handoff_ms) std::cout << " " << ms;
   std::cout << "\n";
+  // The same latencies as /metrics' ladle_handoff_latency_seconds histogram: one count each, in
+  // the bucket of its value, and their sum.
+  const engine::Stats rs = routed->GetStats();
+  ASSERT_EQ(rs.handoff_latency_buckets.size(), std::size(engine::kHandoffLatencyBoundsS) + 1);
+  uint64_t counted = 0;
+  double sum_ms = 0;
+  for (uint64_t c : rs.handoff_latency_buckets) counted += c;
+  for (double ms : cs.handoff_ms) {
+    sum_ms += ms;
+    const auto& b = engine::kHandoffLatencyBoundsS;
+    const size_t bucket = static_cast<size_t>(std::lower_bound(std::begin(b), std::end(b), ms / 1e3) - std::begin(b));
+    EXPECT_GE(rs.handoff_latency_buckets[bucket], 1u) << ms << " ms";
+  }
+  EXPECT_EQ(counted, static_cast<uint64_t>(handoffs));
+  EXPECT_NEAR(rs.handoff_latency_seconds_total, sum_ms / 1e3, 1e-6);
   EXPECT_EQ(cs.handoff_store_waits_timed_out, 0u);
   const engine::Stats ps = p.eng->GetStats(), ds = d.eng->GetStats();
   EXPECT_EQ(ps.handoff_exports, static_cast<uint64_t>(handoffs));
