@@ -200,11 +200,16 @@ ladle::Result<RunStats> Run(std::vector<Item>& items, const ladle::tokenizer::To
       Item& x = items[i];
       std::lock_guard lk(mu);
       for (const auto& ev : o.tokens) {
-        x.output += ev.text;
         ++x.tokens;
         x.token_ids.push_back(ev.token);
       }
       if (o.finished) {
+        // The engine sends ids only; the text is theirs without the EOS or stop token.
+        std::span<const uint32_t> ids(x.token_ids);
+        if (!ids.empty() && (o.finish == engine::FinishKind::kEos || o.finish == engine::FinishKind::kStopToken))
+          ids = ids.first(ids.size() - 1);
+        auto text = tok.Decode(ids);
+        x.output = text.ok() ? std::move(text).value() : std::string();
         x.finish = o.finish;
         x.error = o.error;
         ++done;

@@ -227,7 +227,7 @@ void EngineImpl::AddRequest(std::shared_ptr<Request> r) {
     s->dev->mask = r->mask;
     s->dev->index = i;
     s->dev->sampler = SamplerState(Mix(base + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull));
-    s->stop = std::make_unique<StopChecker>(tok_, r->params.stop);
+    if (!r->params.stop.empty()) s->stop = std::make_unique<StopChecker>(tok_, r->params.stop);
     if (given) {
       // Continue where the exporting engine's sampler stood after the first token; that token
       // is the first decode's input.
@@ -305,10 +305,6 @@ void EngineImpl::FinishSeq(Seq* s, FinishKind kind, TokenEvent* last, std::strin
   Output out;
   out.id = req.id;
   if (last) out.tokens.push_back(std::move(*last));
-  // Text held back for a possible stop string is settled by an EOS, stop token or length
-  // finish; a stop string, an error or a cancellation drops it.
-  if (last && (kind == FinishKind::kEos || kind == FinishKind::kStopToken || kind == FinishKind::kLength))
-    out.tokens.back().text += s->stop->Finish();
   out.finished = true;
   out.finished_index = s->index;
   out.finish = kind;
@@ -346,15 +342,17 @@ void EngineImpl::AcceptToken(Seq* s, const Sampled& r) {
     FinishSeq(s, eos ? FinishKind::kEos : FinishKind::kStopToken, &ev, "", "");
     return;
   }
-  std::string matched;
-  Status st = s->stop->Push(r.token, &ev.text, &matched);
-  if (!st.ok()) {
-    FinishSeq(s, FinishKind::kError, &ev, "", st.ToString());
-    return;
-  }
-  if (!matched.empty()) {
-    FinishSeq(s, FinishKind::kStopString, &ev, std::move(matched), "");
-    return;
+  if (s->stop) {
+    // The engine decides when a stop string ends the sample; the text is the server's.
+    Result<std::string> matched = s->stop->Push(r.token);
+    if (!matched.ok()) {
+      FinishSeq(s, FinishKind::kError, &ev, "", matched.status().ToString());
+      return;
+    }
+    if (!matched->empty()) {
+      FinishSeq(s, FinishKind::kStopString, &ev, std::move(matched).value(), "");
+      return;
+    }
   }
   if (s->generated >= p.max_tokens) {
     FinishSeq(s, FinishKind::kLength, &ev, "", "");

@@ -111,7 +111,7 @@ struct Seq {
   int64_t fork_at = 0;
   int pending_forks = 0;
   std::shared_ptr<DevSeq> dev;
-  std::unique_ptr<StopChecker> stop;
+  std::unique_ptr<StopChecker> stop;  // only with stop strings
   // Store reads: a fetch in flight (the sequence waits, others pass it), whether one was
   // considered, and what the pool held then / what the store added.
   std::shared_ptr<Fetch> fetch;

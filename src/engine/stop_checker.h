@@ -1,12 +1,16 @@
-// Turns a sample's tokens into settled text and finds its stop strings. Text that could be
-// the start of a stop string is held back until later tokens rule the match in or out, so a
-// stop string is never emitted, not even partially. Internal to the engine.
+// Decides when a sample stops on a stop string: it decodes the sample's tokens and reports the
+// first token whose text completes one (the earliest-starting, as core's StopStrings scans).
+// It produces no client text: the server alone turns tokens into text and cuts it at the stop
+// string (docs/server.md, "Stop strings: who owns what"). It keeps only the decoded tail that
+// could still begin a match. Internal to the engine; made only for samples that have stop
+// strings, so without them the engine decodes nothing.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "ladle/core/status.h"
+#include "ladle/core/result.h"
+#include "ladle/core/stop_strings.h"
 #include "ladle/tokenizer/tokenizer.h"
 
 namespace ladle::engine {
@@ -15,16 +19,14 @@ class StopChecker {
  public:
   StopChecker(tokenizer::Tokenizer tok, std::vector<std::string> stops);
 
-  // Decodes `id`; appends newly settled text to *emit. On a stop string, *emit gets the text
-  // before it, *matched the stop string, and the checker must not be used again.
-  Status Push(uint32_t id, std::string* emit, std::string* matched);
-  // End of the sample without a stop string: everything still held back.
-  std::string Finish();
+  // Decodes `id`: the stop string its text completes, or empty. After a match the checker
+  // must not be used again. Fails on an id the tokenizer does not know.
+  Result<std::string> Push(uint32_t id);
 
  private:
   tokenizer::IncrementalDecoder decoder_;
-  std::vector<std::string> stops_;
-  std::string held_;  // decoded but not yet settled
+  StopStrings stops_;
+  std::string tail_;  // decoded text that may still begin a stop string
 };
 
 }  // namespace ladle::engine

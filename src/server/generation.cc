@@ -153,6 +153,9 @@ void Generation::Emit(int index, std::vector<Event> events, std::string* bytes) 
     }
     Send(index, std::move(e), bytes);
   }
+  // The text ended at a stop string the engine has not stopped on: the sample ends here, as
+  // it would have had the engine stopped (its later tokens are not counted).
+  if (s.filter->stopped() && !s.finished) FinishSample(index, FinishReason::kStop, s.filter->matched(), bytes);
 }
 
 void Generation::Send(int index, Event e, std::string* bytes) {
@@ -212,6 +215,11 @@ void Generation::Consume(const engine::Output& out, std::string* bytes) {
     }
   }
   if (out.finished && out.finished_index >= 0 && out.finished_index < static_cast<int>(samples_.size())) {
+    Sample& fs = samples_[out.finished_index];
+    if (!fs.engine_finished) {
+      fs.engine_finished = true;
+      ++engine_finished_;
+    }
     const std::string& text = out.finish == engine::FinishKind::kStopString ? out.stop_matched : out.error;
     FinishSample(out.finished_index, FinishReasonFor(out.finish), text, bytes);
   }

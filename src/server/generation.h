@@ -46,6 +46,10 @@ class Generation {
   void MarkGrammarForced() { usage_.grammar_forced = true; }
 
   bool done() const { return done_; }
+  // Whether the engine has finished every sample. A sample can be done here first: the stop
+  // filter found a stop string the engine did not stop on (one that spans a re-route or a
+  // hand-off, or a worker that ignores stop strings); its engine request is then cancelled.
+  bool engine_done() const { return engine_finished_ == samples_.size(); }
   bool begun() const { return begun_; }
   const frontend::Usage& usage() const { return usage_; }
   int http_status() const { return writer_->http_status(); }
@@ -69,6 +73,7 @@ class Generation {
     std::unique_ptr<frontend::StreamParser> parser;
     std::unique_ptr<StopFilter> filter;
     bool finished = false;
+    bool engine_finished = false;
     // Logprobs only. tracks[0] reasoning, tracks[1] content; utf8_tail mirrors the filter's
     // held incomplete sequence so `in` counts what the filter will pass on.
     TextTrack tracks[2];
@@ -101,6 +106,7 @@ class Generation {
   std::vector<Sample> samples_;
   frontend::Usage usage_;
   bool begun_ = false, done_ = false;
+  size_t engine_finished_ = 0;
   std::string finish_name_;
 };
 

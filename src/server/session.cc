@@ -621,6 +621,9 @@ void Session::StoreResponse(const Active& a, std::string_view response_json) {
 void Session::FinishGeneration() {
   Active a = std::move(*active_);
   active_.reset();
+  // Every sample ended here while the engine still runs one (the stop filter cut a stop string
+  // the engine missed): free its KV now rather than at max_tokens.
+  if (!a.gen->engine_done() && !a.cancel_sent) server_.engine().Cancel(a.id);
   server_.Untrack(a.id);
   server_.Release();
   beast::error_code ignored;

@@ -6,9 +6,7 @@ namespace ladle::server {
 
 using frontend::Event;
 
-StopFilter::StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
-}
+StopFilter::StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
 
 void StopFilter::Flush(std::vector<Event>* out) {
   if (held_.empty()) return;
@@ -120,31 +118,17 @@ void StopFilter::PushValid(Event e, std::vector<Event>* out) {
   if (e.kind != held_kind_) Flush(out);
   held_kind_ = e.kind;
   held_ += e.text;
-  // The earliest complete stop string wins, as in the engine.
-  size_t cut = std::string::npos;
-  for (const auto& s : stops_) {
-    const size_t at = held_.find(s);
-    if (at != std::string::npos && (cut == std::string::npos || at < cut || (at == cut && s.size() > matched_.size()))) {
-      cut = at;
-      matched_ = s;
-    }
-  }
-  if (cut != std::string::npos) {
-    held_.resize(cut);
+  // The scan the engine's StopChecker makes too: the earliest complete stop string wins.
+  const StopStrings::Scan scan = stops_.Find(held_);
+  if (scan.matched != nullptr) {
+    matched_ = *scan.matched;
+    held_.resize(scan.cut);
     Flush(out);
     stopped_ = true;
     return;
   }
   // Keep the longest suffix that is a proper prefix of some stop string.
-  size_t keep = 0;
-  for (const auto& s : stops_) {
-    for (size_t k = std::min(s.size() - 1, held_.size()); k > keep; --k) {
-      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
-        keep = k;
-        break;
-      }
-    }
-  }
+  const size_t keep = scan.keep;
   if (keep < held_.size()) {
     Event emit;
     emit.kind = held_kind_;

@@ -1,7 +1,7 @@
 // Holds back parsed reasoning/content text that could be the start of a stop string and cuts
-// the text at the first complete one. The engine stops generating on a stop string and never
-// reports it in its settled text, but the output parser decodes token ids itself, so without
-// this the stop string (and whatever the last token carried after it) would reach the client.
+// the text at the first complete one. The engine (or a remote worker) decides *when* to stop
+// and sends token ids only; the server alone turns them into text, so the cut is made here,
+// with the same scan (core's StopStrings). See docs/server.md, "Stop strings: who owns what".
 // It also repairs the text's UTF-8 first: a model can sample byte tokens that form no valid
 // sequence (a stray continuation byte, a lead byte cut short), and JSON (RFC 8259) must be
 // UTF-8, so each ill-formed subpart becomes U+FFFD as in a replacing decoder, while a valid
@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ladle/core/stop_strings.h"
 #include "ladle/frontend/events.h"
 
 namespace ladle::server {
@@ -35,7 +36,7 @@ class StopFilter {
   void Flush(std::vector<frontend::Event>* out);
   void PushValid(frontend::Event e, std::vector<frontend::Event>* out);
 
-  std::vector<std::string> stops_;
+  StopStrings stops_;
   frontend::Event::Kind held_kind_ = frontend::Event::Kind::kContent;
   std::string held_;
   bool stopped_ = false;

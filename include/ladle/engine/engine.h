@@ -29,7 +29,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int max_tokens = 256;
-  std::vector<std::string> stop;        // stop strings: held back across tokens, never emitted partially
+  // Stop strings: the sample ends at the token whose decoded text completes one (the engine
+  // decides; Output::stop_matched names it). The engine emits token ids only: cutting the
+  // client's text at the string is the server's (docs/server.md, "Stop strings").
+  std::vector<std::string> stop;
   std::vector<TokenId> stop_token_ids;  // in addition to the model's EOS
   bool ignore_eos = false;
   int n = 1;              // independent samples sharing the prompt's KV
@@ -61,7 +64,6 @@ enum class FinishKind : uint8_t { kEos, kStopString, kStopToken, kLength, kCance
 struct TokenEvent {
   int index = 0;  // which of the n samples
   TokenId token = 0;
-  std::string text;  // newly settled text (stop strings held back; UTF-8 complete)
   float logprob = 0.0f;
   std::vector<std::pair<TokenId, float>> top_logprobs;
 };
@@ -101,7 +103,7 @@ struct Output {
   bool finished = false;
   int finished_index = 0;
   FinishKind finish = FinishKind::kEos;
-  std::string stop_matched;  // the stop string or empty
+  std::string stop_matched;  // kStopString: the stop string the last token completed
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   std::string error;          // kError only

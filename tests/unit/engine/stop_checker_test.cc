@@ -14,54 +14,64 @@ class StopCheckerTest : public ::testing::Test {
     LADLE_REQUIRE_ENGINE_TOKENIZER();
     tok_.emplace(*testing::EngineTokenizer());
   }
-  // Feeds the tokens of `text`; returns what was emitted and the match.
-  std::pair<std::string, std::string> Feed(const std::string& text, std::vector<std::string> stops,
-                                           std::vector<std::string>* chunks = nullptr) {
+  // Feeds the tokens of `text`; returns how many were pushed until a match (all: none) and it.
+  std::pair<size_t, std::string> Feed(const std::string& text, std::vector<std::string> stops) {
     StopChecker c(*tok_, std::move(stops));
-    std::string out, matched;
-    for (auto id : tok_->EncodePlain(text)) {
-      std::string piece;
-      EXPECT_TRUE(c.Push(id, &piece, &matched).ok());
-      if (chunks) chunks->push_back(piece);
-      out += piece;
-      if (!matched.empty()) return {out, matched};
+    const auto ids = tok_->EncodePlain(text);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto m = c.Push(ids[i]);
+      EXPECT_TRUE(m.ok());
+      if (m.ok() && !m->empty()) return {i + 1, *m};
     }
-    return {out + c.Finish(), matched};
+    return {ids.size(), ""};
+  }
+  // The first k such that the decoded first k tokens of `text` contain `stop`.
+  size_t FirstCompleting(const std::string& text, const std::string& stop) {
+    const auto ids = tok_->EncodePlain(text);
+    for (size_t k = 1; k <= ids.size(); ++k) {
+      if (tok_->Decode(std::span<const TokenId>(ids).first(k)).value().find(stop) != std::string::npos) return k;
+    }
+    return 0;
   }
   std::optional<tokenizer::Tokenizer> tok_;
 };
 
-TEST_F(StopCheckerTest, NoStopsPassesEverythingThrough) {
-  auto [out, m] = Feed("Hello, world! héllo 你好", {});
-  EXPECT_EQ(out, "Hello, world! héllo 你好");
-  EXPECT_TRUE(m.empty());
-}
-
-TEST_F(StopCheckerTest, StopsBeforeTheStopStringAndNeverEmitsIt) {
-  std::vector<std::string> chunks;
-  auto [out, m] = Feed("The answer is 42. END of story", {"END", "zzz"}, &chunks);
-  EXPECT_EQ(out, "The answer is 42. ");
+TEST_F(StopCheckerTest, StopsAtTheTokenThatCompletesTheString) {
+  const std::string text = "The answer is 42. END of story";
+  auto [n, m] = Feed(text, {"END", "zzz"});
   EXPECT_EQ(m, "END");
-  for (const auto& c : chunks) EXPECT_EQ(c.find("EN"), std::string::npos);
+  EXPECT_EQ(n, FirstCompleting(text, "END"));
 }
 
-TEST_F(StopCheckerTest, PartialMatchIsHeldThenReleased) {
-  std::vector<std::string> chunks;
-  auto [out, m] = Feed("abc abx abd", {"abd!"}, &chunks);
+TEST_F(StopCheckerTest, APartialMatchDoesNotStop) {
+  const std::string text = "abc abx abd";
+  auto [n, m] = Feed(text, {"abd!"});
   EXPECT_TRUE(m.empty());
-  EXPECT_EQ(out, "abc abx abd");  // held "abd" released at the end
+  EXPECT_EQ(n, tok_->EncodePlain(text).size());
 }
 
 TEST_F(StopCheckerTest, EarliestStopWins) {
-  auto [out, m] = Feed("one two three", {"three", "two"});
-  EXPECT_EQ(out, "one ");
+  auto [n, m] = Feed("one two three", {"three", "two"});
   EXPECT_EQ(m, "two");
+  EXPECT_EQ(n, FirstCompleting("one two three", "two"));
 }
 
 TEST_F(StopCheckerTest, StopAcrossManyTokensAndMultibyte) {
-  auto [out, m] = Feed("前言你好世界后记", {"世界"});
-  EXPECT_EQ(out, "前言你好");
+  const std::string text = "前言你好世界后记";
+  auto [n, m] = Feed(text, {"世界"});
   EXPECT_EQ(m, "世界");
+  EXPECT_EQ(n, FirstCompleting(text, "世界"));
+}
+
+TEST_F(StopCheckerTest, AStringSpanningThousandsOfTokensIsFoundWithABoundedTail) {
+  // Only the tail that can still begin a match is kept, so a long generation costs no more per
+  // token than a short one; a match that begins far back is still found.
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "lorem ipsum dolor ";
+  text += "<<STOP>> after";
+  auto [n, m] = Feed(text, {"<<STOP>>"});
+  EXPECT_EQ(m, "<<STOP>>");
+  EXPECT_EQ(n, FirstCompleting(text, "<<STOP>>"));
 }
 
 }  // namespace

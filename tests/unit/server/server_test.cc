@@ -141,11 +141,17 @@ TEST_F(ServerTest, StopStringCutsOutputAndReportsStop) {
   ASSERT_EQ(chat.status, 200) << chat.body;
   json::Value c = ParseJson(chat.body);
   const json::Value& choice = c.Find("choices")->as_array()[0];
-  // The fake engine does not stop on strings (the real one does); the server's filter still
-  // cuts the text and reports a stop, so no byte of the stop string leaks.
+  // The fake engine does not stop on strings (the real one does, and so may a remote worker
+  // not); the server's filter still cuts the text and reports a stop, so no byte of the stop
+  // string leaks, ends the sample at the token that completed it ("Hello", ",", " world")...
   EXPECT_EQ(choice.Find("message")->Find("content")->as_string(), "Hello, ");
   EXPECT_EQ(choice.Find("finish_reason")->as_string(), "stop");
+  EXPECT_EQ(*c.Find("usage")->Find("completion_tokens")->as_int64(), 3);
   EXPECT_EQ(engine_->last_sampling().stop, std::vector<std::string>{"world"});
+  // ... and cancels the engine's request instead of letting it run to max_tokens.
+  for (int i = 0; i < 400 && engine_->cancelled() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine_->cancelled(), 1);
+  EXPECT_LT(engine_->generated(), 40u);
 }
 
 TEST_F(ServerTest, AuthErrorsInEachProtocolsShape) {
