@@ -177,25 +177,12 @@ int RunCluster(ClusterOpts co) {
   const std::string store = o.kv_store.empty() ? "fs:" + dir + "/kv" : o.kv_store;
   if (o.kv_store.empty()) std::filesystem::create_directories(dir + "/kv");
   // The block size of the fetcher's slots, from the model the engines will build.
-  engine::ModelConfig mc;
-  if (!o.model_config.empty() || !o.model.empty()) {
-    auto m = engine::ModelConfig::FromFile(!o.model_config.empty() ? o.model_config : o.model + "/config.json");
-    if (!m.ok()) {
-      LADLE_LOG_ERROR("cluster.failed error='{}'", LogSafe(m.status().ToString()));
-      return 1;
-    }
-    mc = *m;
+  auto bb = KvBlockBytes(o.model_config, o.model);
+  if (!bb.ok()) {
+    LADLE_LOG_ERROR("cluster.failed error='{}'", LogSafe(bb.status().ToString()));
+    return 1;
   }
-  size_t block_bytes = 0;
-  {
-    auto model = engine::Model::Create(mc, o.model);
-    if (!model.ok()) {
-      LADLE_LOG_ERROR("cluster.failed error='{}'", LogSafe(model.status().ToString()));
-      return 1;
-    }
-    auto kv1 = (*model)->NewKvStorage(1, 1);
-    block_bytes = kv1 ? kv1->block_bytes() : 0;
-  }
+  const size_t block_bytes = *bb;
   FetcherProcess::Options fo;
   fo.exe = exe;
   fo.store_uri = store;
@@ -245,7 +232,9 @@ int RunCluster(ClusterOpts co) {
   co.ep.kv_check = "socket:" + fo.socket_path;
   int rc = RunEntrypoint(co.ep, [&](server::Server* srv) {
     if (co.ready_file.empty()) return;
-    std::string j = fmt::format("{{\"port\": {}, \"kv_fetcher_pid\": {}, \"engines\": [", srv->port(), (*fetcher)->pid());
+    // kv_socket: more entrypoints on this machine attach with --kv-check socket:<it>.
+    std::string j = fmt::format("{{\"port\": {}, \"kv_fetcher_pid\": {}, \"kv_socket\": \"{}\", \"engines\": [", srv->port(),
+                                (*fetcher)->pid(), fo.socket_path);
     for (size_t i = 0; i < children.size(); ++i) {
       auto& c = children[i];
       j += fmt::format("{}{{\"name\": \"{}\", \"pid\": {}, \"port\": {}}}", i ? ", " : "", c->name(), c->pid(), c->port());
@@ -278,6 +267,10 @@ void RegisterCluster(CLI::App& app, RunFn* run) {
   cmd->add_option("--ready-file", co->ready_file, "write the port and the engines' pids here once serving");
   cmd->add_option("--etcd", co->ep.etcd, "engines register in this etcd (http://host:port) and the entrypoint watches it");
   cmd->add_option("--etcd-prefix", co->ep.etcd_prefix, "key prefix of this cluster's engines in etcd")->capture_default_str();
+  cmd->add_option("--directory-listen", co->ep.directory_listen,
+                  "serve the entrypoint's SWA directory shard here, shared with --directory-peer entrypoints");
+  cmd->add_option("--directory-peer", co->ep.directory_peers, "another entrypoint's directory address; repeatable")
+      ->delimiter(',');
   cmd->callback([run, co, cmd] {
     *run = [co, cmd] {
       if (!FinishFlags(cmd, co->ep.serve, "cluster")) return 2;

@@ -33,6 +33,19 @@ void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo) {
                   "discover engines in etcd (http://host:port, comma-separated for several): every engine registered "
                   "under --etcd-prefix joins, and leaves when its key goes");
   cmd->add_option("--etcd-prefix", eo->etcd_prefix, "key prefix of the fleet's engines in etcd")->capture_default_str();
+  cmd->add_option("--directory-listen", eo->directory_listen,
+                  "host:port to serve this entrypoint's shard of the SWA directory on (sharded by key over the live "
+                  "entrypoints); unset: the directory is this entrypoint's alone");
+  cmd->add_option("--directory-advertise", eo->directory_advertise,
+                  "this entrypoint's directory address as the others dial it (default: the listen host and port)");
+  cmd->add_option("--directory-peer", eo->directory_peers, "another entrypoint's directory address; repeatable")
+      ->delimiter(',');
+  cmd->add_option("--directory-etcd-prefix", eo->directory_etcd_prefix,
+                  "with --etcd and --directory-listen: where entrypoints register their directory addresses")
+      ->capture_default_str();
+  cmd->add_option("--directory-lookup-ms", eo->directory_lookup_ms,
+                  "deadline of one SWA directory lookup across owners (a late owner is a miss, then a replay)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -65,6 +78,10 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
   ro.policy = eo.policy;
   ro.name = eo.name;
   ro.dead_after_ms = eo.dead_after_ms;
+  ro.directory_listen = eo.directory_listen;
+  ro.directory_advertise = eo.directory_advertise;
+  ro.directory_peers = eo.directory_peers;
+  ro.directory_lookup_ms = eo.directory_lookup_ms;
   if (eo.kv_check.rfind("socket:", 0) == 0) {
     const std::string path = eo.kv_check.substr(7);
     auto store = kvcache::FetcherStore::Create(
@@ -83,7 +100,8 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
     LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe(routed.status().ToString()));
     return 1;
   }
-  std::unique_ptr<cluster::EtcdWatcher> watcher;
+  std::unique_ptr<cluster::EtcdWatcher> watcher, directory_watcher;
+  std::unique_ptr<cluster::EtcdRegistration> directory_reg;
   if (!eo.etcd.empty()) {
     cluster::EtcdWatcherOptions wo;
     wo.etcd.endpoints = eo.etcd;
@@ -94,6 +112,30 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
       return 2;
     }
     watcher = std::move(w).value();
+    if (!eo.directory_listen.empty()) {
+      // The other entrypoints' directory shards: register this one, watch for the rest.
+      cluster::EtcdRegistrationOptions reg;
+      reg.etcd.endpoints = eo.etcd;
+      reg.prefix = eo.directory_etcd_prefix;
+      reg.name = eo.name;
+      reg.address = (*routed)->directory_member();
+      reg.role = "entrypoint";
+      auto r = cluster::EtcdRegistration::Start(std::move(reg));
+      cluster::EtcdWatcherOptions dw;
+      dw.etcd.endpoints = eo.etcd;
+      dw.prefix = eo.directory_etcd_prefix;
+      cluster::RoutedEngine* re = routed->get();
+      cluster::EtcdWatcher::Members m;
+      m.add = [re](const std::string& a) { re->AddDirectoryPeer(a); };
+      m.remove = [re](const std::string& a) { re->RemoveDirectoryPeer(a); };
+      auto pw = cluster::EtcdWatcher::Start(std::move(dw), std::move(m));
+      if (!r.ok() || !pw.ok()) {
+        LADLE_LOG_ERROR("entrypoint.failed error='{}'", LogSafe((!r.ok() ? r.status() : pw.status()).ToString()));
+        return 2;
+      }
+      directory_reg = std::move(r).value();
+      directory_watcher = std::move(pw).value();
+    }
     // As with a static list: wait (bounded) for one discovered engine to answer.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(eo.wait_engines_ms);
     while (std::chrono::steady_clock::now() < until) {
@@ -122,6 +164,8 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
   if (on_ready) on_ready(srv->get());
   Status run = (*srv)->Run();
   if (watcher) watcher->Stop();
+  if (directory_watcher) directory_watcher->Stop();
+  if (directory_reg) directory_reg->Stop(true);  // a graceful leave: the others re-shard at once
   (*routed)->Shutdown();
   routed->reset();
   srv->reset();

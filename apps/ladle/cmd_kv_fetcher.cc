@@ -20,6 +20,7 @@
 #include <string>
 
 #include "commands.h"
+#include "serve_common.h"
 #include "ladle/core/logging.h"
 #include "ladle/kvcache/fetcher.h"
 
@@ -31,6 +32,7 @@ struct FetcherOpts {
   std::string store;
   std::string socket;
   size_t block_bytes = 0;
+  std::string model_config, model;  // the block size from the engines' model instead
   size_t shm_mb = 256;
   uint32_t put_slots = 16;
   int64_t parent_pid = 0;
@@ -89,6 +91,18 @@ int RunKvFetcher(const FetcherOpts& o) {
   fo.store_options.domain_timeout = std::chrono::milliseconds(o.domain_timeout_ms);
   fo.socket_path = o.socket;
   fo.block_bytes = o.block_bytes;
+  if (fo.block_bytes == 0) {
+    if (o.model_config.empty() && o.model.empty()) {
+      fmt::print(stderr, "ladle kv-fetcher: give --block-bytes, or the engines' --model-config or --model\n");
+      return 2;
+    }
+    auto bb = KvBlockBytes(o.model_config, o.model);
+    if (!bb.ok()) {
+      fmt::print(stderr, "ladle kv-fetcher: {}\n", bb.status().ToString());
+      return 1;
+    }
+    fo.block_bytes = *bb;
+  }
   fo.shm_bytes = o.shm_mb << 20;
   fo.put_slots = o.put_slots;
   auto srv = kvcache::FetcherServer::Start(std::move(fo));
@@ -123,9 +137,13 @@ void RegisterKvFetcher(CLI::App& app, RunFn* run) {
   auto* cmd = app.add_subcommand("kv-fetcher", "own the KV store and serve blocks to the engine through shared memory");
   cmd->add_option("--store", o->store, "fs:DIR or ec:K+M:DIR0,...,DIR{K+M-1} (default $LADLE_KV_STORE)");
   cmd->add_option("--socket", o->socket, "the Unix socket to listen on")->required();
-  cmd->add_option("--block-bytes", o->block_bytes, "slot size: the largest block value in bytes")
-      ->required()
-      ->check(CLI::Range(size_t{1}, size_t{UINT32_MAX}));
+  auto* bb = cmd->add_option("--block-bytes", o->block_bytes, "slot size: the largest block value in bytes")
+                 ->check(CLI::Range(size_t{1}, size_t{UINT32_MAX}));
+  // The engines' model instead: what `ladle cluster` does for its own fetcher, so a fetcher
+  // started by hand for engines on this machine needs no size worked out by hand.
+  auto* mcfg = cmd->add_option("--model-config", o->model_config, "the engines' config.json: the slot size is its KV block's");
+  auto* mdir = cmd->add_option("--model", o->model, "the engines' weights folder: the slot size is its KV block's");
+  bb->excludes(mcfg)->excludes(mdir);
   cmd->add_option("--shm-mb", o->shm_mb, "the cache pool in MiB (slots = this / block size, at least 1)")
       ->capture_default_str();
   cmd->add_option("--put-slots", o->put_slots, "staging slots for writes, on top of the pool")

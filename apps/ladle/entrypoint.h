@@ -22,6 +22,13 @@ struct EntrypointOpts {
   // Discovery through etcd (docs/cluster.md): engines registered under the prefix join and leave.
   std::string etcd;
   std::string etcd_prefix = "/ladle/engines/";
+  // The SWA directory sharded across entrypoints (docs/cluster.md, "SWA directory"): served on
+  // directory_listen, shared with the peers given, and with etcd, registered under
+  // directory_etcd_prefix (where the other entrypoints are found).
+  std::string directory_listen, directory_advertise;
+  std::vector<std::string> directory_peers;
+  std::string directory_etcd_prefix = "/ladle/entrypoints/";
+  int64_t directory_lookup_ms = 50;
   // Images (docs/vision.md): the entrypoint runs the image stage with the served model's vision
   // tower (serve.model / serve.model_config; the built-in one by default) and sends the engines
   // the placeholders' embeddings.

@@ -354,6 +354,17 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
   return stack;
 }
 
+Result<size_t> KvBlockBytes(const std::string& model_config, const std::string& model_dir) {
+  engine::ModelConfig mc;
+  if (!model_config.empty() || !model_dir.empty()) {
+    LADLE_ASSIGN_OR_RETURN(mc, engine::ModelConfig::FromFile(!model_config.empty() ? model_config : model_dir + "/config.json"));
+  }
+  LADLE_ASSIGN_OR_RETURN(auto model, engine::Model::Create(mc, model_dir));
+  auto kv1 = model->NewKvStorage(1, 1);
+  if (!kv1 || kv1->block_bytes() == 0) return Internal("the model has no KV block size");
+  return kv1->block_bytes();
+}
+
 std::string WeightsFingerprint(const engine::ModelConfig& model, const std::string& model_dir) {
   std::string fp = engine::ModelFingerprint(model);
   if (model_dir.empty()) return fp;

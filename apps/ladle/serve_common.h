@@ -123,6 +123,10 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
 // files' names and sizes when the weights come from a folder (the config alone does not tell two
 // checkpoints apart). Block store keys and remote vision encoders both compare it.
 std::string WeightsFingerprint(const engine::ModelConfig& model, const std::string& model_dir);
+// The KV block's size in bytes for the model the engines build from model_config (a config.json)
+// or model_dir (its config.json and weights); the built-in default with neither. A machine's
+// `ladle kv-fetcher` sizes its slots by it.
+Result<size_t> KvBlockBytes(const std::string& model_config, const std::string& model_dir);
 
 // The HTTP server's settings from the flags. `max_model_len` is the limit clients see.
 Result<server::ServerConfig> BuildServerConfig(const ServeOpts& o, frontend::ModelVersion version, int64_t max_model_len);

@@ -202,8 +202,8 @@ class EtcdRegistrationImpl final : public EtcdRegistration {
 
 class EtcdWatcherImpl final : public EtcdWatcher {
  public:
-  EtcdWatcherImpl(EtcdWatcherOptions o, RoutedEngine* eng, std::unique_ptr<EtcdClient> c)
-      : o_(std::move(o)), eng_(eng), c_(std::move(c)) {}
+  EtcdWatcherImpl(EtcdWatcherOptions o, EtcdWatcher::Members m, std::unique_ptr<EtcdClient> c)
+      : o_(std::move(o)), eng_(std::move(m)), c_(std::move(c)) {}
   ~EtcdWatcherImpl() override { Stop(); }
 
   void Begin() {
@@ -267,10 +267,10 @@ class EtcdWatcherImpl final : public EtcdWatcher {
     resyncs_.fetch_add(1);
     for (const auto& a : gone) {
       LADLE_LOG_INFO("cluster.etcd_engine_left address={} (not in the prefix)", a);
-      eng_->RemoveEngine(a);
+      eng_.remove(a);
     }
     for (const auto& a : added) LADLE_LOG_INFO("cluster.etcd_engine_joined address={}", a);
-    for (const auto& [k, a] : by_key_snapshot()) eng_->AddEngine(a);  // a no-op for those known and live
+    for (const auto& [k, a] : by_key_snapshot()) eng_.add(a);  // a no-op for those known and live
     return r.revision;
   }
 
@@ -300,11 +300,11 @@ class EtcdWatcherImpl final : public EtcdWatcher {
       }
       if (!remove.empty()) {
         LADLE_LOG_INFO("cluster.etcd_engine_left address={} key={} revision={}", remove, ev.kv.key, w.revision);
-        eng_->RemoveEngine(remove);
+        eng_.remove(remove);
       }
       if (!add.empty()) {
         LADLE_LOG_INFO("cluster.etcd_engine_joined address={} key={} revision={}", add, ev.kv.key, w.revision);
-        eng_->AddEngine(add);
+        eng_.add(add);
       }
     }
   }
@@ -358,7 +358,7 @@ class EtcdWatcherImpl final : public EtcdWatcher {
   }
 
   EtcdWatcherOptions o_;
-  RoutedEngine* eng_;
+  EtcdWatcher::Members eng_;
   std::unique_ptr<EtcdClient> c_;
   mutable std::mutex mu_;
   std::map<std::string, std::string> by_key_;  // key → engine address
@@ -386,12 +386,20 @@ Result<std::unique_ptr<EtcdRegistration>> EtcdRegistration::Start(EtcdRegistrati
 
 Result<std::unique_ptr<EtcdWatcher>> EtcdWatcher::Start(EtcdWatcherOptions o, RoutedEngine* engine) {
   if (engine == nullptr) return InvalidArgument("etcd watcher: no routed engine");
+  Members m;
+  m.add = [engine](const std::string& a) { engine->AddEngine(a); };
+  m.remove = [engine](const std::string& a) { engine->RemoveEngine(a); };
+  return Start(std::move(o), std::move(m));
+}
+
+Result<std::unique_ptr<EtcdWatcher>> EtcdWatcher::Start(EtcdWatcherOptions o, Members members) {
+  if (!members.add || !members.remove) return InvalidArgument("etcd watcher: no add/remove callbacks");
   if (o.prefix.empty()) return InvalidArgument("etcd watcher: empty key prefix");
   o.resync_ms = std::max<int64_t>(100, o.resync_ms);
   o.backoff_min_ms = std::max<int64_t>(1, o.backoff_min_ms);
   o.backoff_max_ms = std::max(o.backoff_min_ms, o.backoff_max_ms);
   LADLE_ASSIGN_OR_RETURN(auto c, EtcdClient::Create(o.etcd));
-  auto w = std::make_unique<EtcdWatcherImpl>(std::move(o), engine, std::move(c));
+  auto w = std::make_unique<EtcdWatcherImpl>(std::move(o), std::move(members), std::move(c));
   w->Begin();
   return std::unique_ptr<EtcdWatcher>(std::move(w));
 }

@@ -32,6 +32,12 @@ Result<std::unique_ptr<RoutedEngine>> RoutedEngine::Create(RoutedEngineOptions o
 }
 
 Status RoutedEngineImpl::Init(int64_t wait_ms) {
+  SwaDirectoryOptions d;
+  d.lookup_timeout_ms = std::max<int64_t>(1, o_.directory_lookup_ms);
+  d.dead_after_ms = std::max<int64_t>(1, o_.dead_after_ms);
+  dir_ = std::make_unique<SwaDirectory>(d);
+  if (!o_.directory_listen.empty()) LADLE_RETURN_IF_ERROR(dir_->Serve(o_.directory_listen, o_.directory_advertise));
+  for (const std::string& m : o_.directory_peers) dir_->AddPeer(m);
   for (const std::string& a : o_.engines) AddEngine(a);
   poller_ = std::thread([this] { PollLoop(); });
   handoff_thread_ = std::thread([this] { HandoffLoop(); });
@@ -96,6 +102,33 @@ std::vector<kvcache::BlockKey> RoutedEngineImpl::KeysFor(const Endpoint& e, cons
   return kvcache::ChainKeys(std::span<const uint32_t>(tokens.data(), tokens.size()), e.key_extras);
 }
 
+std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> RoutedEngineImpl::LookupSwa(const Routed& r) {
+  std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> out;
+  std::vector<kvcache::ExtraKey> extras;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& e : eps_) {
+      if (e->known && e->ladle_engine && e->alive && !e->key_extras.empty()) {
+        extras = e->key_extras;  // one model: every Ladle engine keys blocks alike
+        break;
+      }
+    }
+  }
+  if (extras.empty()) return out;
+  // The tokens the stage will be sent (PrepareCall): the prompt plus what was generated. The
+  // directory's keys carry no image hashes, so only blocks before the first image count.
+  std::vector<engine::TokenId> tokens = r.prompt;
+  if (r.sampling.n == 1) tokens.insert(tokens.end(), r.generated[0].begin(), r.generated[0].end());
+  auto keys = kvcache::ChainKeys(std::span<const uint32_t>(tokens.data(), tokens.size()), extras);
+  if (!r.images.empty()) keys.resize(std::min<size_t>(keys.size(), static_cast<size_t>(r.images[0].pos) / kvcache::kBlockTokens));
+  if (keys.empty()) return out;
+  const std::vector<std::string> holders = dir_->Lookup(keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!holders[i].empty()) out.emplace(keys[i], holders[i]);
+  }
+  return out;
+}
+
 Result<engine::RequestId> RoutedEngineImpl::Submit(engine::SubmitRequest request, engine::OutputSink sink) {
   if (request.prompt.empty()) return InvalidArgument("empty prompt");
   std::string constraint;
@@ -152,12 +185,15 @@ void RoutedEngineImpl::Dispatch(const std::shared_ptr<Routed>& r, Stage stage, i
       if (auto hit = o_.store->MatchSync(keys); hit.ok()) cached_tokens = static_cast<int64_t>(*hit) * kvcache::kBlockTokens;
     }
   }
+  // The SWA directory, asked before routing and outside mu_: an owner may be another entrypoint.
+  auto holders = LookupSwa(*r);
   std::shared_ptr<StreamCall> call;
   const char* fail = nullptr;
   engine::FinishKind fail_kind = engine::FinishKind::kError;
   {
     std::lock_guard lock(mu_);
     if (r->done) return;
+    r->swa_holders = std::move(holders);
     if (stage == Stage::kPrefill && !r->cancelled && PrefillRouterReady() && HasRole(EpRole::kPrefill)) {
       // The Prefill Load Balancer queues it; an engine pulls it (now, if one has quota).
       EnqueuePrefill(r, cached_tokens);
@@ -228,13 +264,21 @@ std::shared_ptr<StreamCall> RoutedEngineImpl::PrepareCall(Routed& r, Stage stage
       // can name the same prefix the engines keyed.
       auto keys = KeysFor(e, tokens);
       if (!r.images.empty()) keys.resize(std::min<size_t>(keys.size(), static_cast<size_t>(r.images[0].pos) / kvcache::kBlockTokens));
-      const int64_t now = SteadyMs();
+      auto alive_other = [&](const std::string& address) {
+        if (address.empty() || address == e.address) return false;
+        for (const auto& o : eps_) {
+          if (o->address == address) return o->alive && !o->retired;
+        }
+        return false;
+      };
+      // The decode's own hit anchor first: the prefill engine holds it, whoever owns the key.
+      if (stage == Stage::kDecode && r.anchor_ep >= 0 && alive_other(eps_[static_cast<size_t>(r.anchor_ep)]->address))
+        x.swa_peers.push_back({r.anchor_key, eps_[static_cast<size_t>(r.anchor_ep)]->address});
       for (size_t i = keys.size(); i-- > 0 && x.swa_peers.size() < 2;) {
-        auto it = swa_dir_.find(keys[i]);
-        if (it == swa_dir_.end() || it->second.second <= now) continue;
-        const int holder = it->second.first;
-        if (holder == ep || !eps_[static_cast<size_t>(holder)]->alive) continue;
-        x.swa_peers.push_back({keys[i], eps_[static_cast<size_t>(holder)]->address});
+        auto it = r.swa_holders.find(keys[i]);
+        if (it == r.swa_holders.end() || !alive_other(it->second)) continue;
+        if (!x.swa_peers.empty() && x.swa_peers[0].key == keys[i]) continue;
+        x.swa_peers.push_back({keys[i], it->second});
       }
     }
     g.set_kv_transfer_params_json(ExtrasToJson(x));
@@ -423,7 +467,11 @@ void RoutedEngineImpl::StartHandoff(const std::shared_ptr<Routed>& r) {
       tokens.resize(static_cast<size_t>(std::max(need, l1)));
       keys = KeysFor(p, tokens);
       // The fallback's SWA entry (at the decode's hit anchor) is on the prefill engine.
-      if (l1 > 0) swa_dir_[keys[static_cast<size_t>(l1 / p.block_size) - 1]] = {r->prefill_ep, SteadyMs() + 180'000};
+      if (l1 > 0) {
+        r->anchor_key = keys[static_cast<size_t>(l1 / p.block_size) - 1];
+        r->anchor_ep = r->prefill_ep;
+        dir_->Record(r->anchor_key, p.address, SteadyMs() + 180'000);
+      }
       keys.resize(static_cast<size_t>(need / p.block_size));
     }
     if (o_.store && !keys.empty()) {

@@ -19,6 +19,7 @@
 #include "ladle/lb/prefill_lb.h"
 #include "ladle_cluster.grpc.pb.h"
 #include "rpc_convert.h"
+#include "swa_directory.h"
 #include "vllm_engine.grpc.pb.h"
 
 namespace ladle::cluster {
@@ -97,6 +98,13 @@ struct Routed {
   bool awaiting_first_decode = false;
   bool in_prefill_router = false;
   std::string handoff_id;  // the prefill's exported state, to be taken by the decode engine
+  // The SWA entry at the decode's hit anchor, on the prefill engine (named to the decode
+  // whoever owns the key in the directory).
+  kvcache::BlockKey anchor_key;
+  int anchor_ep = -1;
+  // The directory's answer for this request's prefix (key → engine address), asked before
+  // each dispatch; written and read under RoutedEngineImpl::mu_.
+  std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> swa_holders;
 };
 
 class RoutedEngineImpl;
@@ -139,6 +147,9 @@ class RoutedEngineImpl final : public RoutedEngine {
   ClusterStats GetClusterStats() const override;
   void AddEngine(const std::string& address) override;
   void RemoveEngine(const std::string& address) override;
+  void AddDirectoryPeer(const std::string& member) override { dir_->AddPeer(member); }
+  void RemoveDirectoryPeer(const std::string& member) override { dir_->RemovePeer(member); }
+  std::string directory_member() const override { return dir_->self(); }
 
   pb::VllmEngine::Stub* Stub(int ep) {
     std::lock_guard lock(mu_);
@@ -160,6 +171,8 @@ class RoutedEngineImpl final : public RoutedEngine {
   // The (endpoint, rank) for a stage, or {-1, -1}; `avoid` is skipped when another exists.
   std::pair<int, int> Choose(Stage stage, const Routed& r, int avoid) const;
   void Charge(Routed& r, int ep, int rank, Stage stage);
+  // The SWA directory's holders of r's prefix keys (takes mu_ briefly, then asks the owners).
+  std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> LookupSwa(const Routed& r);
   void Uncharge(Routed& r);
 
   // routed_engine_prefill.cc: the Prefill Load Balancer (lb::PrefillRouter) over the prefill
@@ -193,8 +206,8 @@ class RoutedEngineImpl final : public RoutedEngine {
   engine::RequestId next_id_ = 1;
   bool shutdown_ = false;
   uint64_t rr_ = 0;
-  // The SWA directory shard of this entrypoint: key → (endpoint, expiry in this clock).
-  std::unordered_map<kvcache::BlockKey, std::pair<int, int64_t>, kvcache::BlockKeyHash> swa_dir_;
+  // The SWA directory (this entrypoint's shard, and its peers'): swa_directory.h.
+  std::unique_ptr<SwaDirectory> dir_;
   uint64_t reroutes_ = 0, handoffs_ = 0, handoff_timeouts_ = 0, generated_ = 0;
   std::deque<double> handoff_ms_;
   // The hand-off latency histogram (engine::kHandoffLatencyBoundsS, then +Inf) and its sum.

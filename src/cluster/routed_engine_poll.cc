@@ -264,11 +264,9 @@ void RoutedEngineImpl::PollOne(int ep) {
           kvcache::BlockKey k;
           k.hi = rec.key_hi();
           k.lo = rec.key_lo();
-          swa_dir_[k] = {ep, now + rec.ttl_ms()};
+          dir_->Record(k, e->address, now + rec.ttl_ms());  // kept where this entrypoint owns k
         }
         e->swa_cursor = st->quota.swa_next();
-        // Expired directory entries go with the reports that would have refreshed them.
-        if (swa_dir_.size() > 65536) std::erase_if(swa_dir_, [&](const auto& kv) { return kv.second.second <= now; });
       }
       if (st->quota.draining()) return failed(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
       ok();
@@ -391,7 +389,12 @@ ClusterStats RoutedEngineImpl::GetClusterStats() const {
   s.reroutes = reroutes_;
   s.handoffs = handoffs_;
   s.handoff_store_waits_timed_out = handoff_timeouts_;
-  s.swa_directory_entries = swa_dir_.size();
+  const SwaDirectoryStats ds = dir_->GetStats();
+  s.swa_directory_entries = ds.entries;
+  s.directory_members = ds.members;
+  s.directory_remote_lookups = ds.remote_lookups;
+  s.directory_remote_failures = ds.remote_failures;
+  s.directory_remote_found = ds.remote_keys_found;
   s.handoff_ms.assign(handoff_ms_.begin(), handoff_ms_.end());
   return s;
 }

@@ -170,6 +170,13 @@ class EtcdWatcher {
   // Reads the prefix once before it returns (a failure is logged and retried on the thread).
   // `engine` must outlive the watcher.
   static Result<std::unique_ptr<EtcdWatcher>> Start(EtcdWatcherOptions o, RoutedEngine* engine);
+  // The same over any member set (e.g. the entrypoints' SWA directory peers under their own
+  // prefix): `add` for every address that registers, `remove` for one that leaves. Both are
+  // called on the watcher's thread and must outlive it.
+  struct Members {
+    std::function<void(const std::string&)> add, remove;
+  };
+  static Result<std::unique_ptr<EtcdWatcher>> Start(EtcdWatcherOptions o, Members members);
   virtual ~EtcdWatcher() = default;  // Stop()
   virtual void Stop() = 0;           // returns within about one call timeout
   // The addresses registered now, as the watcher last saw them.

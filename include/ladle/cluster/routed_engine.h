@@ -48,6 +48,15 @@ struct RoutedEngineOptions {
   // Naive routing for comparisons: "balanced" (the recipe's balancers), "round-robin" or
   // "least-requests".
   std::string policy = "balanced";
+  // The SWA directory, sharded by key over the live entrypoints (docs/cluster.md, "SWA
+  // directory"). With directory_listen (host:port; port 0: any) this entrypoint serves its
+  // shard there as member directory_advertise (default: the listen host and bound port) and
+  // shares keys with directory_peers (the other entrypoints' member ids, which are their
+  // directory addresses; AddDirectoryPeer adds more). Without it the directory is this
+  // entrypoint's alone. A lookup asks every owner in parallel within directory_lookup_ms.
+  std::string directory_listen, directory_advertise;
+  std::vector<std::string> directory_peers;
+  int64_t directory_lookup_ms = 50;
   // Prefill Load Balancer: the compute-quota (ns of prefill, the engines' cost(q, c)) a prefill
   // rank may hold before it pulls no more (an idle rank always takes the queue's head), and the
   // round after which the length buckets are re-split by the last round's demand.
@@ -66,7 +75,9 @@ struct ClusterStats {
   };
   std::vector<Engine> engines;
   uint64_t reroutes = 0, handoffs = 0, handoff_store_waits_timed_out = 0;
-  uint64_t swa_directory_entries = 0;
+  uint64_t swa_directory_entries = 0;  // this entrypoint's shard
+  std::vector<std::string> directory_members;  // the ring: the live entrypoints, this one included
+  uint64_t directory_remote_lookups = 0, directory_remote_failures = 0, directory_remote_found = 0;
   std::vector<double> handoff_ms;  // recent hand-off latencies (prefill done → first decode token)
 };
 
@@ -83,6 +94,11 @@ class RoutedEngine : public engine::Engine {
   // dead at once (its requests move exactly as when an engine dies), never chosen and not
   // polled back to life until AddEngine names it again. An unknown address is a no-op.
   virtual void RemoveEngine(const std::string& address) = 0;
+  // The SWA directory's other entrypoints (discovery): a peer joins the ring once it answers,
+  // and leaves it when removed or silent. directory_member() is this entrypoint's own id.
+  virtual void AddDirectoryPeer(const std::string& member) = 0;
+  virtual void RemoveDirectoryPeer(const std::string& member) = 0;
+  virtual std::string directory_member() const = 0;
 };
 
 }  // namespace ladle::cluster

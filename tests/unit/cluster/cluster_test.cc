@@ -263,5 +263,96 @@ TEST_F(Cluster, NextTurnFetchesTheSwaEntryFromTheDecodeEngine) {
   routed->Shutdown();
 }
 
+// Two entrypoints share one SWA directory, sharded by key: turn 1 goes through one, turn 2
+// through the other, and the prefill engine still fetches the decode engine's SWA entry, from
+// whichever entrypoint owns its key. Then the owner of that key leaves: the next turn through
+// the survivor is a miss that replays (correct output, no error).
+TEST_F(Cluster, TheSwaDirectoryIsShardedAcrossEntrypoints) {
+  engine::testing::TempDir dir("cluster-shard");
+  auto store = kvcache::KvStore::Open("fs:" + dir.path, kvcache::StoreOptions{});
+  ASSERT_TRUE(store.ok());
+  std::shared_ptr<kvcache::KvStore> shared(std::move(store).value());
+  Node p(Role::kPrefill, "prefill-0", shared);
+  Node d(Role::kDecode, "decode-0", shared);
+  auto make = [&](const std::string& name) {
+    RoutedEngineOptions o;
+    o.engines = {p.addr, d.addr};
+    o.name = name;
+    o.poll_ms = 50;
+    o.dead_after_ms = 500;
+    o.store = shared;
+    o.directory_listen = "127.0.0.1:0";
+    auto r = RoutedEngine::Create(o, 10'000);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return std::move(r).value();
+  };
+  auto ea = make("ep-a"), eb = make("ep-b");
+  ea->AddDirectoryPeer(eb->directory_member());
+  eb->AddDirectoryPeer(ea->directory_member());
+  WaitAlive(*ea, 2);
+  WaitAlive(*eb, 2);
+  const auto until_ring = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((ea->GetClusterStats().directory_members.size() < 2 || eb->GetClusterStats().directory_members.size() < 2) &&
+         std::chrono::steady_clock::now() < until_ring) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ea->GetClusterStats().directory_members.size(), 2u);
+  auto local = MakeEngine(Ec());
+  auto next_turn = [](std::vector<TokenId> prev, const std::vector<uint32_t>& answer, uint32_t seed) {
+    prev.insert(prev.end(), answer.begin(), answer.end());
+    const auto q = PatternPrompt(60, seed);
+    prev.insert(prev.end(), q.begin(), q.end());
+    return prev;
+  };
+  auto entries = [&] { return ea->GetClusterStats().swa_directory_entries + eb->GetClusterStats().swa_directory_entries; };
+  // Turn 1 through entrypoint A.
+  auto turn1 = PatternPrompt(300, 17);
+  Sink a1, b1;
+  ASSERT_TRUE(local->Submit({turn1, Greedy(200), nullptr}, a1.Fn()).ok());
+  ASSERT_TRUE(ea->Submit({turn1, Greedy(200), nullptr}, b1.Fn()).ok());
+  ASSERT_TRUE(a1.Wait());
+  ASSERT_TRUE(b1.Wait());
+  ASSERT_EQ(a1.tokens, b1.tokens);
+  // The decode engine's end-of-request entry reaches its owner's shard with a report.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (entries() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(entries(), 2u);
+  // Turn 2 through entrypoint B: a hit on the fetched entry, nothing replayed, exact output.
+  const auto turn2 = next_turn(turn1, b1.tokens[0], 18);
+  Sink a2, b2;
+  ASSERT_TRUE(local->Submit({turn2, Greedy(12), nullptr}, a2.Fn()).ok());
+  ASSERT_TRUE(eb->Submit({turn2, Greedy(12), nullptr}, b2.Fn()).ok());
+  ASSERT_TRUE(a2.Wait());
+  ASSERT_TRUE(b2.Wait());
+  EXPECT_EQ(b2.error, "");
+  EXPECT_EQ(a2.tokens, b2.tokens);
+  EXPECT_EQ(a2.logprobs, b2.logprobs);
+  engine::Stats ps = p.eng->GetStats();
+  EXPECT_GE(ps.swa_hits, 1u) << "the prefill engine restored the entry the directory named";
+  EXPECT_EQ(ps.replayed_tokens, 0u);
+  const auto sa = ea->GetClusterStats(), sb = eb->GetClusterStats();
+  EXPECT_GT(sa.directory_remote_lookups + sb.directory_remote_lookups, 0u) << "each asked the other's shard";
+  EXPECT_EQ(sa.directory_remote_failures + sb.directory_remote_failures, 0u);
+  // Entrypoint A leaves. Turn 3 through B: keys A owned are misses now (a replay), the output
+  // is still exact, and nothing fails.
+  ea->Shutdown();
+  ea.reset();
+  const auto turn3 = next_turn(turn2, b2.tokens[0], 19);
+  Sink a3, b3;
+  ASSERT_TRUE(local->Submit({turn3, Greedy(12), nullptr}, a3.Fn()).ok());
+  ASSERT_TRUE(eb->Submit({turn3, Greedy(12), nullptr}, b3.Fn()).ok());
+  ASSERT_TRUE(a3.Wait());
+  ASSERT_TRUE(b3.Wait());
+  EXPECT_EQ(b3.error, "");
+  EXPECT_EQ(a3.tokens, b3.tokens);
+  const auto until_alone = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (eb->GetClusterStats().directory_members.size() != 1 && std::chrono::steady_clock::now() < until_alone) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(eb->GetClusterStats().directory_members, std::vector<std::string>{eb->directory_member()});
+  local->Shutdown();
+  eb->Shutdown();
+}
+
 }  // namespace
 }  // namespace ladle::cluster
