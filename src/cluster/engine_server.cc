@@ -265,6 +265,10 @@ class EngineServerImpl final : public EngineServer,
       q->set_handoff_exports(st.handoff_exports);
       q->set_handoff_imports(st.handoff_imports);
       q->set_handoff_fallbacks(st.handoff_fallbacks);
+      q->set_spec_draft_tokens(st.spec_draft_tokens);
+      q->set_spec_accepted_tokens(st.spec_accepted_tokens);
+      q->set_spec_verify_tokens(st.spec_verify_tokens);
+      for (uint64_t n : st.spec_verify_lengths) q->add_spec_verify_lengths(n);
       std::lock_guard lock(load_mu_);
       q->set_kv_tokens(loads_[i].kv_tokens);
       q->set_quota_ns(loads_[i].quota_ns);

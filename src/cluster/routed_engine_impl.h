@@ -33,6 +33,7 @@ struct RankView {
   int requests = 0;
   int64_t kv_tokens = 0;
   double quota_ns = 0;
+  double quota_ns_total = 0;  // every compute-quota ever charged here (monotonic)
   // From the engine's last report.
   int reported_running = 0, reported_waiting = 0;
   int64_t kv_capacity = 0;

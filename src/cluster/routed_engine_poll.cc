@@ -99,6 +99,7 @@ void RoutedEngineImpl::Charge(Routed& r, int ep, int rank, Stage stage) {
   v.requests += 1;
   v.kv_tokens += r.charged_tokens;
   v.quota_ns += r.charged_quota;
+  v.quota_ns_total += r.charged_quota;
 }
 
 void RoutedEngineImpl::Uncharge(Routed& r) {
@@ -258,6 +259,10 @@ void RoutedEngineImpl::PollOne(int ep) {
           r.handoff_exports = q.handoff_exports();
           r.handoff_imports = q.handoff_imports();
           r.handoff_fallbacks = q.handoff_fallbacks();
+          r.spec_draft_tokens = q.spec_draft_tokens();
+          r.spec_accepted_tokens = q.spec_accepted_tokens();
+          r.spec_verify_tokens = q.spec_verify_tokens();
+          r.spec_verify_lengths.assign(q.spec_verify_lengths().begin(), q.spec_verify_lengths().end());
         }
         const int64_t now = SteadyMs();
         for (const lrpc::SwaRecord& rec : st->quota.swa()) {
@@ -359,6 +364,23 @@ engine::Stats RoutedEngineImpl::GetStats() const {
       s.handoff_exports += r.handoff_exports;
       s.handoff_imports += r.handoff_imports;
       s.handoff_fallbacks += r.handoff_fallbacks;
+      s.spec_draft_tokens += r.spec_draft_tokens;
+      s.spec_accepted_tokens += r.spec_accepted_tokens;
+      s.spec_verify_tokens += r.spec_verify_tokens;
+      if (r.spec_verify_lengths.size() > s.spec_verify_lengths.size()) s.spec_verify_lengths.resize(r.spec_verify_lengths.size());
+      for (size_t l = 0; l < r.spec_verify_lengths.size(); ++l) s.spec_verify_lengths[l] += r.spec_verify_lengths[l];
+      // Each rank's load as this entrypoint counts it (at dispatch) and as it last reported.
+      engine::RankLoad rl;
+      rl.engine = e->name.empty() ? e->address : e->name;
+      rl.role = e->role == EpRole::kPrefill ? "prefill" : e->role == EpRole::kDecode ? "decode" : "both";
+      rl.rank = static_cast<int>(&v - e->ranks.data());
+      rl.requests = v.requests;
+      rl.kv_tokens = v.kv_tokens;
+      rl.quota_seconds = v.quota_ns * 1e-9;
+      rl.quota_seconds_total = v.quota_ns_total * 1e-9;
+      rl.running = v.reported_running;
+      rl.waiting = v.reported_waiting;
+      s.rank_loads.push_back(std::move(rl));
     }
   }
   s.running = reqs_.size();

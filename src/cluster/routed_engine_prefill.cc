@@ -87,6 +87,13 @@ std::vector<std::shared_ptr<StreamCall>> RoutedEngineImpl::PullLocked() {
         continue;
       }
       calls.push_back(PrepareCall(*r, Stage::kPrefill, ep, static_cast<int>(d.target.rank)));
+      // The rank's view counts what the router counted (its cost(q, c), the hit included).
+      if (r->ep == ep && r->rank >= 0 && static_cast<size_t>(r->rank) < e.ranks.size()) {
+        RankView& v = e.ranks[static_cast<size_t>(r->rank)];
+        v.quota_ns += d.quota - r->charged_quota;
+        v.quota_ns_total += d.quota - r->charged_quota;
+        r->charged_quota = d.quota;
+      }
     }
   }
   return calls;

@@ -148,6 +148,40 @@ std::string Metrics::Render(const engine::Stats& stats) {
         stats.handoff_imports);
   gauge("ladle_handoff_fallbacks_total", "counter",
         "PD hand-off: states that were missing or did not fit (the request took the hit policy).", stats.handoff_fallbacks);
+  if (!stats.rank_loads.empty()) {
+    // Per DP rank of the cluster's engines: what the balancers see (docs/cluster.md, "Metrics").
+    struct Family {
+      const char* name;
+      const char* type;
+      const char* help;
+      double (*get)(const engine::RankLoad&);
+    };
+    static constexpr Family kFamilies[] = {
+        {"ladle_rank_requests", "gauge", "Requests this entrypoint has on the rank.",
+         [](const engine::RankLoad& r) { return static_cast<double>(r.requests); }},
+        {"ladle_rank_kv_tokens", "gauge", "KV tokens of this entrypoint's requests on the rank (Decode Load Balancer).",
+         [](const engine::RankLoad& r) { return static_cast<double>(r.kv_tokens); }},
+        {"ladle_rank_quota_seconds", "gauge", "Prefill compute-quota outstanding on the rank (Prefill Load Balancer).",
+         [](const engine::RankLoad& r) { return r.quota_seconds; }},
+        {"ladle_rank_quota_seconds_total", "counter", "Prefill compute-quota dispatched to the rank.",
+         [](const engine::RankLoad& r) { return r.quota_seconds_total; }},
+        {"ladle_rank_running", "gauge", "Sequences running on the rank, as it last reported.",
+         [](const engine::RankLoad& r) { return static_cast<double>(r.running); }},
+        {"ladle_rank_waiting", "gauge", "Sequences waiting on the rank, as it last reported.",
+         [](const engine::RankLoad& r) { return static_cast<double>(r.waiting); }},
+    };
+    for (const Family& f : kFamilies) {
+      fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
+      for (const auto& r : stats.rank_loads) {
+        // Engine names come from the engines' own GetInfo: keep label values to safe bytes.
+        std::string name = r.engine;
+        for (char& c : name) {
+          if (c == '"' || c == '\\' || c == '\n') c = '_';
+        }
+        fmt::format_to(it, "{}{{engine=\"{}\",role=\"{}\",rank=\"{}\"}} {}\n", f.name, name, r.role, r.rank, f.get(r));
+      }
+    }
+  }
   if (!stats.handoff_latency_buckets.empty()) {
     out += "# HELP ladle_handoff_latency_seconds PD hand-off: a prefill's first token to the decode engine's first.\n"
            "# TYPE ladle_handoff_latency_seconds histogram\n";

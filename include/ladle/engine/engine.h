@@ -111,6 +111,19 @@ struct Output {
   std::shared_ptr<const HandoffState> handoff;
 };
 
+// One DP rank's load (an entrypoint reports every rank of every live engine): what the balancers
+// see. requests, kv_tokens and quota_seconds are counted at dispatch by the entrypoint (its own
+// requests), running and waiting as the engine last reported them.
+struct RankLoad {
+  std::string engine, role;
+  int rank = 0;
+  int requests = 0;
+  int64_t kv_tokens = 0;
+  double quota_seconds = 0;        // compute-quota outstanding now
+  double quota_seconds_total = 0;  // compute-quota ever dispatched to it (a counter)
+  int running = 0, waiting = 0;
+};
+
 // Upper bounds (seconds) of Stats::handoff_latency_buckets, as /metrics renders them.
 inline constexpr double kHandoffLatencyBoundsS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                     0.05,   0.1,   0.25,   0.5,   1,    2.5};
@@ -157,6 +170,8 @@ struct Stats {
   // and their sum in seconds. Empty where there is no hand-off (one engine).
   std::vector<uint64_t> handoff_latency_buckets;
   double handoff_latency_seconds_total = 0;
+  // Per DP rank (an entrypoint; empty for a local engine): docs/cluster.md, "Metrics".
+  std::vector<RankLoad> rank_loads;
   // Speculative decoding: drafts verified (Σ L over requests and steps), of them accepted, the
   // verify tokens (Σ (L + 1)), and how many request-steps verified L drafts (index L).
   uint64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_tokens = 0;

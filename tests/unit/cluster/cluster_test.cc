@@ -206,6 +206,15 @@ TEST_F(Cluster, PrefillThenDecodeIsExact) {
     EXPECT_GE(rs.handoff_latency_buckets[bucket], 1u) << ms << " ms";
   }
   EXPECT_EQ(counted, static_cast<uint64_t>(handoffs));
+  // Every prefill was charged its compute-quota on the prefill rank (a counter), none is
+  // outstanding now, and the decode rank was charged none.
+  ASSERT_EQ(rs.rank_loads.size(), 2u);
+  for (const auto& rl : rs.rank_loads) {
+    EXPECT_EQ(rl.requests, 0) << rl.engine;
+    EXPECT_EQ(rl.quota_seconds, 0.0) << rl.engine;
+    if (rl.role == "prefill") EXPECT_GT(rl.quota_seconds_total, 0.0);
+    if (rl.role == "decode") EXPECT_EQ(rl.quota_seconds_total, 0.0);
+  }
   EXPECT_NEAR(rs.handoff_latency_seconds_total, sum_ms / 1e3, 1e-6);
   EXPECT_EQ(cs.handoff_store_waits_timed_out, 0u);
   const engine::Stats ps = p.eng->GetStats(), ds = d.eng->GetStats();
@@ -261,6 +270,63 @@ TEST_F(Cluster, NextTurnFetchesTheSwaEntryFromTheDecodeEngine) {
   EXPECT_EQ(ps.replayed_tokens, 0u);
   local->Shutdown();
   routed->Shutdown();
+}
+
+// What an engine counts reaches the entrypoint's Stats (and so its /metrics) over GetQuota: the
+// speculative-decoding counters and histogram, summed over ranks, and every rank's load.
+class CountingEngine final : public engine::Engine {
+ public:
+  explicit CountingEngine(uint64_t k) : k_(k) {}
+  Result<engine::RequestId> Submit(engine::SubmitRequest, engine::OutputSink) override {
+    return Status(StatusCode::kUnavailable, "counters only");
+  }
+  void Cancel(engine::RequestId) override {}
+  engine::Stats GetStats() const override {
+    engine::Stats s;
+    s.spec_draft_tokens = 10 * k_;
+    s.spec_accepted_tokens = 6 * k_;
+    s.spec_verify_tokens = 14 * k_;
+    s.spec_verify_lengths = {k_, 2 * k_, 3 * k_};
+    s.running = k_;
+    return s;
+  }
+  void Shutdown() override {}
+
+ private:
+  uint64_t k_;
+};
+
+TEST_F(Cluster, EngineCountersReachTheEntrypoint) {
+  CountingEngine r0(1), r1(2);
+  EngineServerOptions o;
+  o.info.name = "decode-x";
+  o.info.role = Role::kDecode;
+  o.info.key_extras = {{kvcache::ExtraTag::kModel, engine::ModelFingerprint(Mc())}};
+  o.info.vocab_size = Mc().vocab_size;
+  auto srv = EngineServer::Start(std::move(o), {&r0, &r1});
+  ASSERT_TRUE(srv.ok()) << srv.status().ToString();
+  auto routed = Route({"127.0.0.1:" + std::to_string((*srv)->port())});
+  WaitAlive(*routed, 1);
+  engine::Stats s;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    s = routed->GetStats();
+    if (s.spec_draft_tokens == 30) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < until);
+  EXPECT_EQ(s.spec_draft_tokens, 30u);
+  EXPECT_EQ(s.spec_accepted_tokens, 18u);
+  EXPECT_EQ(s.spec_verify_tokens, 42u);
+  EXPECT_EQ(s.spec_verify_lengths, (std::vector<uint64_t>{3, 6, 9}));
+  ASSERT_EQ(s.rank_loads.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(s.rank_loads[static_cast<size_t>(i)].engine, "decode-x");
+    EXPECT_EQ(s.rank_loads[static_cast<size_t>(i)].role, "decode");
+    EXPECT_EQ(s.rank_loads[static_cast<size_t>(i)].rank, i);
+    EXPECT_EQ(s.rank_loads[static_cast<size_t>(i)].running, i + 1) << "as the rank reported";
+  }
+  routed->Shutdown();
+  (*srv)->Shutdown(1000);
 }
 
 // Two entrypoints share one SWA directory, sharded by key: turn 1 goes through one, turn 2

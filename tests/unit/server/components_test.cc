@@ -126,6 +126,33 @@ TEST(Metrics, PrometheusTextFormat) {
   EXPECT_GT(std::strtod(text.c_str() + rss_at + 31, nullptr), 1e6);
 }
 
+TEST(Metrics, ClusterRankLoadsAndHandoffLatency) {
+  Metrics m;
+  engine::Stats stats;
+  EXPECT_EQ(m.Render(stats).find("ladle_rank_"), std::string::npos) << "a local engine has no rank loads";
+  engine::RankLoad r;
+  r.engine = "decode\"0";  // a hostile engine name stays one label value
+  r.role = "decode";
+  r.rank = 1;
+  r.kv_tokens = 4096;
+  r.quota_seconds_total = 0.25;
+  stats.rank_loads.push_back(r);
+  stats.handoff_latency_buckets.assign(std::size(engine::kHandoffLatencyBoundsS) + 1, 0);
+  stats.handoff_latency_buckets[3] = 2;  // two in (2.5 ms, 5 ms]
+  stats.handoff_latency_buckets.back() = 1;  // one above the last bound
+  stats.handoff_latency_seconds_total = 3.01;
+  const std::string text = m.Render(stats);
+  ExpectPrometheusText(text);
+  EXPECT_NE(text.find("ladle_rank_kv_tokens{engine=\"decode_0\",role=\"decode\",rank=\"1\"} 4096\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ladle_rank_quota_seconds_total{engine=\"decode_0\",role=\"decode\",rank=\"1\"} 0.25\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE ladle_rank_quota_seconds_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_handoff_latency_seconds_bucket{le=\"0.0025\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_handoff_latency_seconds_bucket{le=\"0.005\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_handoff_latency_seconds_bucket{le=\"2.5\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_handoff_latency_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("ladle_handoff_latency_seconds_count 3\n"), std::string::npos);
+}
+
 std::vector<Event> Feed(StopFilter& f, const std::vector<std::string>& pieces, bool finish = true) {
   std::vector<Event> out;
   for (const auto& p : pieces) {
