@@ -264,6 +264,9 @@ void RegisterCluster(CLI::App& app, RunFn* run) {
   cmd->add_option("--policy", co->ep.policy, "routing: balanced, round-robin or least-requests")
       ->capture_default_str()->check(CLI::IsMember({"balanced", "round-robin", "least-requests"}));
   cmd->add_option("--dead-after-ms", co->ep.dead_after_ms, "an engine silent this long is dead")->capture_default_str();
+  cmd->add_option("--prefill-quota-ms", co->ep.prefill_quota_ms,
+                  "Prefill Load Balancer: compute-quota (ms) a prefill rank may hold before it pulls no more")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ready-file", co->ready_file, "write the port and the engines' pids here once serving");
   cmd->add_option("--etcd", co->ep.etcd, "engines register in this etcd (http://host:port) and the entrypoint watches it");
   cmd->add_option("--etcd-prefix", co->ep.etcd_prefix, "key prefix of this cluster's engines in etcd")->capture_default_str();

@@ -26,6 +26,10 @@ void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo) {
                   "waits until the prefill's blocks are visible");
   cmd->add_option("--policy", eo->policy, "routing: balanced (the recipe's balancers), round-robin or least-requests")
       ->capture_default_str()->check(CLI::IsMember({"balanced", "round-robin", "least-requests"}));
+  cmd->add_option("--prefill-quota-ms", eo->prefill_quota_ms,
+                  "Prefill Load Balancer: compute-quota (ms of the engines' fitted prefill cost) a prefill rank may hold "
+                  "before it pulls no more work (an idle rank always takes one)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--wait-engines-ms", eo->wait_engines_ms, "at start, wait this long for an engine to answer")->capture_default_str();
   cmd->add_option("--dead-after-ms", eo->dead_after_ms, "an engine silent this long is dead and its requests move")->capture_default_str();
   cmd->add_option("--name", eo->name, "this entrypoint's id (request ids start with it)")->capture_default_str();
@@ -78,6 +82,7 @@ int RunEntrypoint(const EntrypointOpts& eo, std::function<void(server::Server*)>
   ro.policy = eo.policy;
   ro.name = eo.name;
   ro.dead_after_ms = eo.dead_after_ms;
+  ro.prefill_rank_quota_ns = eo.prefill_quota_ms * 1e6;
   ro.directory_listen = eo.directory_listen;
   ro.directory_advertise = eo.directory_advertise;
   ro.directory_peers = eo.directory_peers;

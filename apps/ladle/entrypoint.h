@@ -19,6 +19,8 @@ struct EntrypointOpts {
   std::string name = "ep0";
   int64_t wait_engines_ms = 30000;
   int64_t dead_after_ms = 1000;
+  // Prefill Load Balancer: the compute-quota a prefill rank may hold before it pulls no more.
+  double prefill_quota_ms = 500;
   // Discovery through etcd (docs/cluster.md): engines registered under the prefix join and leave.
   std::string etcd;
   std::string etcd_prefix = "/ladle/engines/";

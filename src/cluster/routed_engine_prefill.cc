@@ -65,18 +65,44 @@ void RoutedEngineImpl::LeavePrefill(Routed& r) {
 std::vector<std::shared_ptr<StreamCall>> RoutedEngineImpl::PullLocked() {
   std::vector<std::shared_ptr<StreamCall>> calls;
   if (!prefill_router_ || prefill_queued_.empty()) return calls;
-  for (size_t k = 0; k < prefill_eps_.size(); ++k) {
-    const int ep = prefill_eps_[k];
-    Endpoint& e = *eps_[static_cast<size_t>(ep)];
-    if (!e.alive) continue;
-    // Remaining quota: each rank's headroom, a rank over its capacity counting 0.
+  const lb::Topology& t = prefill_router_->topology();
+  // Remaining quota of engine k: each rank's headroom, a rank over its capacity counting 0.
+  auto headroom = [&](size_t k) {
     double free_quota = 0;
-    const lb::Topology& t = prefill_router_->topology();
     for (uint32_t rank = 0; rank < t.ranks_of(static_cast<uint32_t>(k)); ++rank) {
       const double load = prefill_router_->ledger().rank(t.Flat(static_cast<uint32_t>(k), rank)).load;
       free_quota += std::max(0.0, o_.prefill_rank_quota_ns - load);
     }
-    for (const lb::PrefillDispatch& d : prefill_router_->Pull(static_cast<uint32_t>(k), free_quota)) {
+    return free_quota;
+  };
+  // Engines pull in the order of their remaining quota, in slices: the one with the most pulls
+  // until it is level with the next (or a twentieth of its headroom, at least its head), so a
+  // pump that finds work for several engines spreads it as engines pulling at their own pace
+  // would, rather than the first engine asked taking everything its headroom allows.
+  std::vector<bool> done(prefill_eps_.size(), false);
+  for (int round = 0; round < 100000 && !prefill_queued_.empty(); ++round) {
+    int best = -1;
+    double h1 = -1, h2 = 0;
+    for (size_t k = 0; k < prefill_eps_.size(); ++k) {
+      if (done[k] || !eps_[static_cast<size_t>(prefill_eps_[k])]->alive) continue;
+      const double h = headroom(k);
+      if (h > h1) {
+        h2 = std::max(h2, h1);
+        h1 = h;
+        best = static_cast<int>(k);
+      } else {
+        h2 = std::max(h2, h);
+      }
+    }
+    if (best < 0) break;
+    const size_t k = static_cast<size_t>(best);
+    const int ep = prefill_eps_[k];
+    Endpoint& e = *eps_[static_cast<size_t>(ep)];
+    auto pulled = prefill_router_->Pull(static_cast<uint32_t>(k), std::max(h1 - h2, 0.05 * h1));
+    // The head costs more than the slice: the whole headroom, as before slices.
+    if (pulled.empty()) pulled = prefill_router_->Pull(static_cast<uint32_t>(k), h1);
+    if (pulled.empty()) done[k] = true;  // nothing more for it in this pump
+    for (const lb::PrefillDispatch& d : pulled) {
       auto it = prefill_queued_.find(d.id);
       if (it == prefill_queued_.end()) continue;
       std::shared_ptr<Routed> r = it->second;
