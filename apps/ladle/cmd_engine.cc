@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "ladle/cluster/engine_server.h"
 #include "ladle/cluster/etcd.h"
+#include "ladle/cluster/kv_event_log.h"
 #include "ladle/core/logging.h"
 #include "ladle/structured/compile_service.h"
 #include "ladle/structured/mask_provider.h"
@@ -112,7 +113,8 @@ int RunEngine(const EngineOpts& eo) {
   }
   const std::string name = eo.name.empty() ? fmt::format("engine-{}-{}", eo.role, ::getpid()) : eo.name;
   auto dir = std::make_shared<cluster::ForwardingSwaDirectory>();
-  auto stack = BuildEngineStack(opts, *tok, eo.dp, dir, name);
+  auto kv_events = std::make_shared<cluster::KvEventLog>(eo.dp);  // SglangScheduler.SubscribeKvEvents
+  auto stack = BuildEngineStack(opts, *tok, eo.dp, dir, name, [&](int r) { return cluster::KvEventLog::Hook(kv_events, r); });
   if (!stack.ok()) {
     LADLE_LOG_ERROR("engine.failed error='{}'", LogSafe(stack.status().ToString()));
     return 1;
@@ -141,6 +143,7 @@ int RunEngine(const EngineOpts& eo) {
   info.eos_token_id = static_cast<int>((*stack)->config.eos_id);
   info.vocab_size = static_cast<int>((*stack)->model_config.vocab_size);
   so.swa_pool = (*stack)->config.swa_pool;
+  so.kv_events = kv_events;
   if (grammar) so.mask_factory = MakeMaskFactory(grammar, tok->version, tok->version_tok.get());
   auto srv = cluster::EngineServer::Start(std::move(so), (*stack)->Ranks());
   if (!srv.ok()) {

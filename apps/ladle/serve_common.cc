@@ -217,7 +217,8 @@ std::vector<engine::Engine*> EngineStack::Ranks() const {
 
 Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const VersionedTokenizer& t, int dp,
                                                       std::shared_ptr<engine::SwaDirectory> swa_directory,
-                                                      std::string swa_holder) {
+                                                      std::string swa_holder,
+                                                      std::function<std::function<void(engine::BlockEvent)>(int)> block_events) {
   auto stack = std::make_unique<EngineStack>();
   engine::ModelConfig& model_config = stack->model_config;
   if (!o.model.empty() && !o.model_config.empty()) return InvalidArgument("--model and --model-config exclude each other");
@@ -345,7 +346,9 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
     ec.spec_sps_path = stack->fetcher_dir + "/sps.txt";
   }
   for (int i = 0; i < dp; ++i) {
-    LADLE_ASSIGN_OR_RETURN(auto eng, engine::CreateEngine(ec, std::move(models[static_cast<size_t>(i)]), *t.version_tok));
+    engine::EngineConfig rc = ec;
+    if (block_events) rc.on_block_event = block_events(i);
+    LADLE_ASSIGN_OR_RETURN(auto eng, engine::CreateEngine(rc, std::move(models[static_cast<size_t>(i)]), *t.version_tok));
     stack->ranks.push_back(std::move(eng));
   }
   if (!ec.cost_model_path.empty()) {

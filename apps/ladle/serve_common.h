@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,7 +118,9 @@ struct EngineStack {
 };
 Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const VersionedTokenizer& t, int dp,
                                                       std::shared_ptr<engine::SwaDirectory> swa_directory = nullptr,
-                                                      std::string swa_holder = "local");
+                                                      std::string swa_holder = "local",
+                                                      // Optional: rank i's EngineConfig::on_block_event.
+                                                      std::function<std::function<void(engine::BlockEvent)>(int)> block_events = nullptr);
 
 // A model's identity for keys and peers: engine::ModelFingerprint of the config, plus the weight
 // files' names and sizes when the weights come from a folder (the config alone does not tell two

@@ -14,6 +14,7 @@
 #include "ladle/core/logging.h"
 #include "ladle_cluster.grpc.pb.h"
 #include "rpc_convert.h"
+#include "sglang_service.h"
 #include "vllm_engine.grpc.pb.h"
 
 namespace ladle::cluster {
@@ -46,21 +47,6 @@ namespace {
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-grpc::Status ToGrpc(const Status& s) {
-  grpc::StatusCode c = grpc::StatusCode::INTERNAL;
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument: c = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case StatusCode::kResourceExhausted: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case StatusCode::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
-    case StatusCode::kDeadlineExceeded: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case StatusCode::kFailedPrecondition: c = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case StatusCode::kCancelled: c = grpc::StatusCode::CANCELLED; break;
-    case StatusCode::kNotFound: c = grpc::StatusCode::NOT_FOUND; break;
-    default: break;
-  }
-  return grpc::Status(c, s.message());
 }
 
 class EngineServerImpl;
@@ -114,6 +100,8 @@ class EngineServerImpl final : public EngineServer,
     b.AddListeningPort(o_.listen, grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(static_cast<pb::VllmEngine::CallbackService*>(this));
     b.RegisterService(static_cast<lrpc::LadleEngine::CallbackService*>(this));
+    sglang_ = MakeSglangService(o_, ranks_, [this] { return draining(); });  // sglang_service.cc
+    b.RegisterService(sglang_.get());
     b.SetMaxReceiveMessageSize(64 << 20);
     b.SetMaxSendMessageSize(64 << 20);
     server_ = b.BuildAndStart();
@@ -374,6 +362,7 @@ class EngineServerImpl final : public EngineServer,
   std::vector<engine::Engine*> ranks_;
   mutable std::mutex mu_;
   bool shutting_down_ = false;
+  std::unique_ptr<grpc::Service> sglang_;  // SglangScheduler, on the same port
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::mutex load_mu_;

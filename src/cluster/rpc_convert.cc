@@ -159,6 +159,21 @@ Result<engine::SamplingParams> FromProto(const pb::SamplingParams& p, int64_t de
   return s;
 }
 
+grpc::Status ToGrpc(const Status& s) {
+  grpc::StatusCode c = grpc::StatusCode::INTERNAL;
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: c = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kResourceExhausted: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kDeadlineExceeded: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kFailedPrecondition: c = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case StatusCode::kCancelled: c = grpc::StatusCode::CANCELLED; break;
+    case StatusCode::kNotFound: c = grpc::StatusCode::NOT_FOUND; break;
+    default: break;
+  }
+  return grpc::Status(c, s.message());
+}
+
 std::string FinishReasonName(engine::FinishKind k) {
   switch (k) {
     case engine::FinishKind::kEos:

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/support/status.h>
 
 #include "ladle/core/result.h"
 #include "ladle/engine/engine.h"
@@ -54,6 +55,9 @@ Result<std::vector<engine::PromptImage>> ImagesFromProto(const pb::MultimodalInp
 void ToProto(const engine::SamplingParams& s, pb::SamplingParams* out);
 // And back, as the engine server reads a request; InvalidArgument on values out of range.
 Result<engine::SamplingParams> FromProto(const pb::SamplingParams& p, int64_t default_max_tokens);
+
+// A Status as the gRPC status a call ends with (same code where gRPC has one, else INTERNAL).
+grpc::Status ToGrpc(const Status& s);
 
 // The protocol's finish_reason and matched_stop for an engine finish, and back.
 std::string FinishReasonName(engine::FinishKind k);

@@ -52,6 +52,7 @@ int32_t BlockManager::Allocate() {
     evictable_.pop_front();
     LADLE_CHECK(refcount_[b] == 0 && in_lru_[b] && Named(hash_of_[b]));
     in_lru_[b] = false;
+    if (on_evict) on_evict(hash_of_[b]);
     Unname(b);
   } else {
     return -1;
@@ -107,12 +108,13 @@ std::vector<int32_t> BlockManager::Match(std::span<const BlockHash> hashes) {
   return out;
 }
 
-void BlockManager::Register(int32_t block, const BlockHash& hash) {
+bool BlockManager::Register(int32_t block, const BlockHash& hash) {
   // Only a block someone holds can be named: naming a free block would make garbage findable.
   LADLE_CHECK(block >= 0 && static_cast<size_t>(block) < refcount_.size() && refcount_[block] > 0 && Named(hash));
-  if (Named(hash_of_[block]) || by_hash_.count(hash)) return;
+  if (Named(hash_of_[block]) || by_hash_.count(hash)) return false;
   hash_of_[block] = hash;
   by_hash_.emplace(hash, block);
+  return true;
 }
 
 int32_t BlockManager::AllocateSlot() {

@@ -162,12 +162,14 @@ void EngineImpl::InstallFetched(Seq* s, Batch* b) {
   // of the same chain; then release them into the LRU (head most recent) for TryAdmit's Match.
   std::vector<int32_t> held;
   size_t installed = 0;
+  BlockEvent stored;
   for (size_t i = 0; i < ok; ++i) {
     const BlockHash& h = f->keys[i];
     if (blocks_.IsCached(h)) continue;  // computed meanwhile by another request
     const int32_t blk = blocks_.Allocate();
     if (blk < 0) break;  // the pool is full: the rest recomputes
     blocks_.Register(blk, h);
+    if (config_.on_block_event) NoteStored(s, s->pool_prefix + i, &stored);
     held.push_back(blk);
     if (!f->pinned.empty()) {
       // Copied straight from the fetcher's shm; the pin is dropped once the copy is done.
@@ -179,6 +181,7 @@ void EngineImpl::InstallFetched(Seq* s, Batch* b) {
     }
     ++installed;
   }
+  FlushStored(&stored);
   blocks_.ReleaseAll(&held);
   s->store_blocks = installed;
   stat_fetch_blocks_ += installed;

@@ -57,6 +57,15 @@ EngineImpl::EngineImpl(EngineConfig config, std::unique_ptr<Model> model, std::u
       swa_pool_ = std::make_shared<SwaPool>(SwaPoolOptions{config_.swa_pool_bytes, config_.swa_ttl_ms});
     }
   }
+  if (config_.on_block_event) {
+    blocks_.on_evict = [this](const BlockHash& h) {
+      BlockEvent e;
+      e.kind = BlockEvent::Kind::kRemoved;
+      e.block_size = block_size_;
+      e.keys.push_back(h);
+      config_.on_block_event(std::move(e));
+    };
+  }
   fetcher_ = std::dynamic_pointer_cast<kvcache::FetcherStore>(config_.kv_store);
   spec_ = std::move(spec);
   if (spec_) {

@@ -244,6 +244,10 @@ class EngineImpl : public Engine {
   bool GrowBlocks(Seq* s, int64_t positions);
   void Preempt(Seq* s);
   void RegisterBlocks(Seq* s);
+  // Block events (EngineConfig::on_block_event): block i of s joins `ev` (a run of one chain),
+  // which is sent first when i does not continue it; FlushStored sends what `ev` holds.
+  void NoteStored(const Seq* s, size_t i, BlockEvent* ev);
+  void FlushStored(BlockEvent* ev);
   void StartMasks(const std::shared_ptr<Batch>& b);  // device thread, before the forward
   void LaunchForward(const std::shared_ptr<Batch>& b, bool after_gap);
   void LaunchSample(const std::shared_ptr<Batch>& b);

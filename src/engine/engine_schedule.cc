@@ -51,12 +51,13 @@ void EngineImpl::RegisterBlocks(Seq* s) {
     s->hashes.push_back(SeqBlockHash(s, s->hashes.size()));
   }
   PersistPiece piece;
+  BlockEvent stored;
   for (; s->registered < full && s->registered < s->blocks.size(); ++s->registered) {
     const BlockHash& key = s->hashes[s->registered];
     // A key the pool already had was computed (and written) by someone else: the duplicate
     // stays private and is not written again.
     const bool fresh = !blocks_.IsCached(key);
-    blocks_.Register(s->blocks[s->registered], key);
+    if (blocks_.Register(s->blocks[s->registered], key) && config_.on_block_event) NoteStored(s, s->registered, &stored);
     // A hand-off export writes its duplicates too: the resuming engine must find every block.
     if (!config_.kv_store || (!fresh && !s->handoff_persist)) continue;
     if (kv_->block_bytes() == 0) {
@@ -79,6 +80,25 @@ void EngineImpl::RegisterBlocks(Seq* s) {
     piece.agent = s->req->agent_traffic;
   }
   if (!piece.blocks.empty()) persist_.push_back(std::move(piece));
+  FlushStored(&stored);
+}
+
+void EngineImpl::NoteStored(const Seq* s, size_t i, BlockEvent* ev) {
+  if (!ev->keys.empty() && !(i > 0 && ev->keys.back() == s->hashes[i - 1])) FlushStored(ev);
+  if (ev->keys.empty()) {
+    ev->kind = BlockEvent::Kind::kStored;
+    ev->block_size = block_size_;
+    ev->parent = i > 0 ? std::optional<BlockHash>(s->hashes[i - 1]) : std::nullopt;
+  }
+  ev->keys.push_back(s->hashes[i]);
+  const auto first = s->tokens.begin() + static_cast<std::ptrdiff_t>(i) * block_size_;
+  ev->tokens.insert(ev->tokens.end(), first, first + block_size_);
+}
+
+void EngineImpl::FlushStored(BlockEvent* ev) {
+  if (ev->keys.empty() || !config_.on_block_event) return;
+  config_.on_block_event(std::move(*ev));
+  *ev = BlockEvent{};
 }
 
 bool EngineImpl::ScheduleDecode(const std::shared_ptr<Seq>& sp, Batch* b, std::vector<Seq*>* in_batch) {

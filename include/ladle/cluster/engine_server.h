@@ -1,5 +1,6 @@
 // `ladle engine`: R engine loops (DP ranks, each with its own KV pool) served over gRPC with
-// the SGLang model gateway's VllmEngine protocol (src/cluster/proto/vllm_engine.proto) and
+// the SGLang model gateway's VllmEngine protocol (src/cluster/proto/vllm_engine.proto), its
+// SglangScheduler protocol (sglang_scheduler.proto, src/cluster/sglang_service.cc) and
 // Ladle's own LadleEngine service (ladle_cluster.proto) on the same port.
 //
 //   std::vector<engine::Engine*> ranks = {...};          // CreateEngine, once per DP rank
@@ -33,6 +34,8 @@
 #include "ladle/kvcache/kv_store.h"
 
 namespace ladle::cluster {
+
+class KvEventLog;  // kv_event_log.h
 
 enum class Role : uint8_t { kPrefill, kDecode, kBoth };
 std::string_view RoleName(Role r);
@@ -74,6 +77,9 @@ struct EngineServerOptions {
   std::shared_ptr<engine::SwaPool> swa_pool;
   int64_t swa_fetch_timeout_ms = 1000;
   int64_t max_prompt_tokens = 1 << 20;
+  // The ranks' prefix-cache events (their engines' on_block_event hooks feed it), served by
+  // SglangScheduler.SubscribeKvEvents. null: that RPC answers FAILED_PRECONDITION.
+  std::shared_ptr<KvEventLog> kv_events;
 };
 
 class EngineServer {

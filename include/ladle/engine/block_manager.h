@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <span>
@@ -57,8 +58,12 @@ class BlockManager {
   std::vector<int32_t> Match(std::span<const BlockHash> hashes);
   // Names a full, computed block so later prompts can share it. A hash already cached keeps
   // its first block (the duplicate stays private).
-  void Register(int32_t block, const BlockHash& hash);
+  // Returns whether the block was named (false for a duplicate).
+  bool Register(int32_t block, const BlockHash& hash);
   bool IsCached(const BlockHash& hash) const { return by_hash_.count(hash) != 0; }
+
+  // Optional: told the key of each named block Allocate evicts (before it loses its name).
+  std::function<void(const BlockHash&)> on_evict;
 
   int32_t AllocateSlot();  // -1 when none
   void FreeSlot(int32_t slot);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ladle/core/result.h"
 #include "ladle/engine/block_manager.h"
@@ -30,6 +31,19 @@ struct StepRecord {
   double predicted_ns = 0;  // the cost model's estimate of the batch
   double forward_ns = 0;    // measured forward + sample on the device thread
   bool budget_bound = false;  // a prefill chunk was cut to fit the budget
+};
+
+// A change to the prefix cache of one engine (its pool), for a cluster's KV-event subscribers
+// (docs/cluster.md, "Wire protocol"). kStored: consecutive full blocks of one sequence newly
+// named in the pool, each by its 128-bit chain key, with the key of the block before the first
+// (none for a sequence's first block) and block_size tokens per key. kRemoved: keys evicted.
+struct BlockEvent {
+  enum class Kind : uint8_t { kStored, kRemoved, kCleared };
+  Kind kind = Kind::kStored;
+  std::vector<BlockHash> keys;
+  std::optional<BlockHash> parent;
+  std::vector<TokenId> tokens;
+  int block_size = 128;
 };
 
 struct EngineConfig {
@@ -108,6 +122,9 @@ struct EngineConfig {
   std::shared_ptr<SwaDirectory> swa_directory;
   std::string swa_holder = "local";
   std::function<void(const StepRecord&)> on_step;  // optional; must not block
+  // Optional: the pool's block events (BlockEvent), on the scheduler thread; must not block.
+  // Unset, the engine builds none.
+  std::function<void(BlockEvent)> on_block_event;
 
   // Speculative decoding (docs/engine.md, "Speculative decoding"): "off", "fixed:N" (verify N
   // drafts per request per step) or "dspark" (variable-length verification, Algorithm 1 over
