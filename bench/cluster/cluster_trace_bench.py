@@ -39,6 +39,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+from serve_util import sse_events  # noqa: E402
 
 
 def load_trace(path, n):
@@ -104,31 +106,14 @@ def one_request(port, prompt, max_tokens, res):
     first = None
     n = 0
     try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
-        r = c.getresponse()
-        if r.status != 200:
-            res["error"] = f"HTTP {r.status}"
-            return
-        buf = b""
-        while True:
-            chunk = r.read1(65536)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n\n" in buf:
-                frame, buf = buf.split(b"\n\n", 1)
-                for line in frame.split(b"\n"):
-                    if not line.startswith(b"data: ") or line == b"data: [DONE]":
-                        continue
-                    j = json.loads(line[6:])
-                    if "error" in j:
-                        res["error"] = json.dumps(j["error"])[:200]
-                    for ch in j.get("choices", []):
-                        if (ch.get("delta") or {}).get("content"):
-                            n += 1
-                            if first is None:
-                                first = time.time()
+        for j in sse_events("127.0.0.1", port, body, 600):
+            if "error" in j:
+                res["error"] = json.dumps(j["error"])[:200]
+            for ch in j.get("choices", []):
+                if (ch.get("delta") or {}).get("content"):
+                    n += 1
+                    if first is None:
+                        first = time.time()
     except Exception as e:  # a client-visible failure
         res["error"] = repr(e)
         return
@@ -164,6 +149,26 @@ def poll_metrics(port, stop, samples):
         stop.wait(0.25)
 
 
+HANDOFF = re.compile(r'^ladle_handoff_latency_seconds_bucket\{le="([^"]+)"\} (\S+)$')
+
+
+def handoff_quantiles(port):
+    """The hand-off latency's p50 and p99 upper bounds from the entrypoint's histogram (the
+    bucket each falls in), and the count."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    buckets = []
+    for line in c.getresponse().read().decode().splitlines():
+        m = HANDOFF.match(line)
+        if m:
+            buckets.append((float("inf") if m.group(1) == "+Inf" else float(m.group(1)), float(m.group(2))))
+    total = buckets[-1][1] if buckets else 0
+    if total == 0:
+        return float("nan"), float("nan"), 0
+    q = lambda p: next(le for le, cum in buckets if cum >= p * total)  # noqa: E731
+    return q(0.5), q(0.99), int(total)
+
+
 def max_over_mean(vals):
     vals = list(vals)
     mean = sum(vals) / len(vals) if vals else 0
@@ -195,6 +200,7 @@ def run_policy(ladle, policy, trace, args, work):
         time.sleep(0.5)
         stop.set()
         poller.join()
+        h50, h99, handoffs = handoff_quantiles(port)
     finally:
         stop_cluster(proc)
     errors = sum(1 for r in results if "error" in r or "ttft" not in r)
@@ -226,6 +232,7 @@ def run_policy(ladle, policy, trace, args, work):
         "ttft50": percentile(ttft, 50), "ttft99": percentile(ttft, 99),
         "tpot50": percentile(tpot, 50), "tpot99": percentile(tpot, 99),
         "tok_s": out_tokens / wall if wall > 0 else 0.0,
+        "handoff50": h50, "handoff99": h99, "handoffs": handoffs,
     }
 
 
@@ -288,6 +295,9 @@ def main():
     for r in rows:
         print(f"{r['policy']:<16}{r['quota_mm']:>10.3f}{r['kv_mm']:>9.3f}{r['ttft50']:>8.2f}s{r['ttft99']:>8.2f}s"
               f"{r['tpot50'] * 1e3:>7.1f}ms{r['tpot99'] * 1e3:>7.1f}ms{r['tok_s']:>11.1f}{r['errors']:>8}")
+    for r in rows:
+        print(f"{r['policy']}: {r['handoffs']} PD hand-offs, latency p50 <= {r['handoff50'] * 1e3:g} ms, "
+              f"p99 <= {r['handoff99'] * 1e3:g} ms (histogram buckets)")
     for r in rows[1:]:
         print(f"{base['policy']} / {r['policy']}: quota m/m {base['quota_mm'] / r['quota_mm']:.3f}, "
               f"KV m/m {base['kv_mm'] / r['kv_mm']:.3f}, TTFT p99 {base['ttft99'] / r['ttft99']:.3f}, "

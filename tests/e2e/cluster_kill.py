@@ -9,13 +9,15 @@ STREAMS clients sends its prompt again and again for S seconds, and the engine i
 Passes when no stream sees an error, every stream ends with finish_reason "length" and exactly
 MAX_TOKENS tokens (or "stop" at an EOS) (nothing lost or repeated), and every faulted stream's
 tokens and text equal its unfaulted reference (greedy), all within a deadline."""
-import http.client
 import json
 import os
 import signal
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import sse_events  # noqa: E402
 
 port, ready_file, streams, max_tokens, victim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 duration = float(sys.argv[sys.argv.index("--duration") + 1]) if "--duration" in sys.argv else 0.0
@@ -28,41 +30,21 @@ def stream(i, out, started):
                        "messages": [{"role": "user", "content": f"stream {i}: " + "the quick brown fox " * (5 + 7 * i)}]})
     res = {"text": "", "tokens": [], "finish": None, "error": None, "usage": None}
     try:
-        c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=DEADLINE_S)
-        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
-        r = c.getresponse()
-        if r.status != 200:
-            res["error"] = f"HTTP {r.status}: {r.read()[:300]!r}"
-        else:
-            buf = b""
-            while True:
-                chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
-                if not chunk:
-                    break
-                buf += chunk
-                while b"\n\n" in buf:
-                    frame, buf = buf.split(b"\n\n", 1)
-                    for line in frame.split(b"\n"):
-                        if not line.startswith(b"data: "):
-                            continue
-                        data = line[6:]
-                        if data == b"[DONE]":
-                            continue
-                        j = json.loads(data)
-                        if "error" in j:
-                            res["error"] = json.dumps(j["error"])
-                        if j.get("usage"):
-                            res["usage"] = j["usage"]
-                        for ch in j.get("choices", []):
-                            d = ch.get("delta", {})
-                            res["text"] += d.get("content") or ""
-                            lp = ch.get("logprobs") or {}
-                            for t in lp.get("content") or []:
-                                res["tokens"].append(t["token"])
-                            if ch.get("finish_reason"):
-                                res["finish"] = ch["finish_reason"]
-                            if res["tokens"]:
-                                started.set()
+        for j in sse_events("127.0.0.1", int(port), body, DEADLINE_S):
+            if "error" in j:
+                res["error"] = json.dumps(j["error"])
+            if j.get("usage"):
+                res["usage"] = j["usage"]
+            for ch in j.get("choices", []):
+                d = ch.get("delta", {})
+                res["text"] += d.get("content") or ""
+                lp = ch.get("logprobs") or {}
+                for t in lp.get("content") or []:
+                    res["tokens"].append(t["token"])
+                if ch.get("finish_reason"):
+                    res["finish"] = ch["finish_reason"]
+                if res["tokens"]:
+                    started.set()
     except Exception as e:  # a client-visible failure
         res["error"] = repr(e)
     finally:

@@ -17,10 +17,14 @@ runs inside the entrypoint's namespace and talks only to the address it is given
 Every call is bounded (DEADLINE_S per connection, the whole run by the caller's `timeout`)."""
 import http.client
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import sse_events  # noqa: E402
 
 DEADLINE_S = 120
 
@@ -35,38 +39,20 @@ def stream(host, port, i, max_tokens, out, started, hook_after):
                        "messages": [{"role": "user", "content": prompt(i)}]})
     res = {"text": "", "tokens": [], "finish": None, "error": None, "usage": None, "end_s": None}
     try:
-        c = http.client.HTTPConnection(host, port, timeout=DEADLINE_S)
-        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
-        r = c.getresponse()
-        if r.status != 200:
-            res["error"] = f"HTTP {r.status}: {r.read()[:300]!r}"
-        else:
-            buf = b""
-            while True:
-                chunk = r.read1(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                while b"\n\n" in buf:
-                    frame, buf = buf.split(b"\n\n", 1)
-                    for line in frame.split(b"\n"):
-                        if not line.startswith(b"data: ") or line[6:] == b"[DONE]":
-                            continue
-                        j = json.loads(line[6:])
-                        if "error" in j:
-                            res["error"] = json.dumps(j["error"])
-                        if j.get("usage"):
-                            res["usage"] = j["usage"]
-                        for ch in j.get("choices", []):
-                            res["text"] += (ch.get("delta") or {}).get("content") or ""
-                            for t in (ch.get("logprobs") or {}).get("content") or []:
-                                res["tokens"].append(t["token"])
-                            if ch.get("finish_reason"):
-                                res["finish"] = ch["finish_reason"]
-                        if len(res["tokens"]) >= hook_after:
-                            started.set()
-        c.close()
-    except Exception as e:  # a client-visible failure
+        for j in sse_events(host, port, body, DEADLINE_S):
+            if "error" in j:
+                res["error"] = json.dumps(j["error"])
+            if j.get("usage"):
+                res["usage"] = j["usage"]
+            for ch in j.get("choices", []):
+                res["text"] += (ch.get("delta") or {}).get("content") or ""
+                for t in (ch.get("logprobs") or {}).get("content") or []:
+                    res["tokens"].append(t["token"])
+                if ch.get("finish_reason"):
+                    res["finish"] = ch["finish_reason"]
+            if len(res["tokens"]) >= hook_after:
+                started.set()
+    except Exception as e:  # a client-visible failure (HttpStatusError included)
         res["error"] = repr(e)
     finally:
         res["end_s"] = time.time()
