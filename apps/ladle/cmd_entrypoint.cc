@@ -20,7 +20,7 @@
 namespace ladle::app {
 
 void AddEntrypointFlags(CLI::App* cmd, EntrypointOpts* eo) {
-  cmd->add_option("--engine", eo->engines, "host:port (or grpc://host:port) of an engine; repeatable")->delimiter(',');
+  cmd->add_option("--engine", eo->engines, "host:port (or grpc://host:port) of an engine, sglang://host:port of an SGLang worker; repeatable")->delimiter(',');
   cmd->add_option("--kv-check", eo->kv_check,
                   "the shared block store in CHECK role, as socket:PATH of the machine's kv-fetcher: the PD hand-off "
                   "waits until the prefill's blocks are visible");

@@ -73,7 +73,11 @@ void RoutedEngineImpl::AddEngine(const std::string& address) {
   auto e = std::make_unique<Endpoint>();
   e->address = a;
   // Fail fast on a dead peer instead of waiting for a reconnect: the router re-routes.
-  e->channel = FailFastChannel(a);
+  if (a.rfind("sglang://", 0) == 0 && (e->bridge = SglangBridge::Start(a.substr(9)))) {
+    e->channel = e->bridge->channel();  // an SGLang worker, through VllmEngine (sglang_bridge.h)
+  } else {
+    e->channel = FailFastChannel(a);
+  }
   e->vllm = pb::VllmEngine::NewStub(e->channel);
   e->ladle = lrpc::LadleEngine::NewStub(e->channel);
   eps_.push_back(std::move(e));

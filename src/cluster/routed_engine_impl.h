@@ -20,6 +20,7 @@
 #include "ladle_cluster.grpc.pb.h"
 #include "rpc_convert.h"
 #include "swa_directory.h"
+#include "sglang_bridge.h"
 #include "vllm_engine.grpc.pb.h"
 
 namespace ladle::cluster {
@@ -42,6 +43,7 @@ struct RankView {
 
 struct Endpoint {
   std::string address;
+  std::shared_ptr<SglangBridge> bridge;  // sglang:// workers: the translating channel's server
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::VllmEngine::Stub> vllm;
   std::unique_ptr<lrpc::LadleEngine::Stub> ladle;

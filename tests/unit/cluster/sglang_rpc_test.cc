@@ -710,5 +710,37 @@ TEST_F(SglangRpc, KvEventsReportEvictionAndLoss) {
   (void)next;
 }
 
+// `ladle entrypoint --engine sglang://host:port`: the routed engine drives an SGLang worker
+// through the in-process bridge (sglang_bridge.h), bit-identical to a local engine; a cancel
+// reaches the worker and frees its KV.
+TEST_F(SglangRpc, TheEntrypointDrivesAnSglangWorker) {
+  SgNode node;
+  auto local = MakeEngine(Ec());
+  auto routed = Route({"sglang://127.0.0.1:" + std::to_string(node.srv->port())});
+  WaitAlive(*routed, 1);
+  for (int len : {5, 130, 300}) {
+    Sink a, b;
+    ASSERT_TRUE(local->Submit({PatternPrompt(len, len), Greedy(16), nullptr}, a.Fn()).ok());
+    ASSERT_TRUE(routed->Submit({PatternPrompt(len, len), Greedy(16), nullptr}, b.Fn()).ok());
+    ASSERT_TRUE(a.Wait());
+    ASSERT_TRUE(b.Wait());
+    EXPECT_EQ(b.error, "");
+    EXPECT_EQ(a.tokens, b.tokens) << "len " << len;
+    EXPECT_EQ(a.logprobs, b.logprobs) << "len " << len;
+    EXPECT_EQ(b.finish[0], engine::FinishKind::kLength);
+  }
+  Sink s;
+  auto id = routed->Submit({PatternPrompt(50, 2), Greedy(60000), nullptr}, s.Fn());
+  ASSERT_TRUE(id.ok());
+  for (int i = 0; i < 400 && s.Count() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(s.Count(), 2u);
+  routed->Cancel(*id);
+  ASSERT_TRUE(s.Wait(10));
+  EXPECT_EQ(s.finish[0], engine::FinishKind::kCancelled);
+  EXPECT_TRUE(node.Idle()) << "the worker's request is cancelled through the bridge";
+  local->Shutdown();
+  routed->Shutdown();
+}
+
 }  // namespace
 }  // namespace ladle::cluster
