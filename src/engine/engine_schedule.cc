@@ -105,7 +105,12 @@ bool EngineImpl::ScheduleDecode(const std::shared_ptr<Seq>& sp, Batch* b, std::v
   Seq* s = sp.get();
   // A spec decode may write γ + 1 positions (engine_spec.cc); computed is then an upper bound.
   const int64_t span = spec_on() ? gamma_ + 1 : 1;
-  while (!GrowBlocks(s, s->computed + span)) {
+  // But no step writes past the request's last position (prompt + max_tokens - 1 positions: a
+  // verify span is cut to the tokens left, and a step scheduled after the last token verifies
+  // nothing), so a request that fits without speculation fits with it, async included (where
+  // computed counts γ + 1 for every step in flight).
+  const int64_t last = static_cast<int64_t>(s->req->prompt.size()) + s->req->params.max_tokens - 1;
+  while (!GrowBlocks(s, std::min(s->computed + span, last))) {
     // Victims are running sequences not yet in this batch (their blocks could otherwise be
     // handed to a batch mate and written twice in one forward); `s` itself qualifies.
     std::vector<Seq*> cands;

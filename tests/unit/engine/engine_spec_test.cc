@@ -201,6 +201,42 @@ TEST_F(EngineSpec, PreemptionUnderMemoryPressureKeepsOutputsExact) {
 
 // Allows only tokens whose id has the parity of the number accepted so far: the mask changes
 // every token, so a verify row's mask must follow the previous row's Accept.
+// A request that exactly fills the block pool without speculation fits with it too: the verify
+// span's γ + 1 positions are bounded by what the request can still write (prompt + max_tokens
+// - 1 positions in all), so the spare room speculation asks for never exceeds the pool.
+TEST_F(EngineSpec, ARequestThatExactlyFillsThePoolStillFits) {
+  EngineConfig base = FixedConfig(true);
+  base.num_blocks = 4;  // 512 positions
+  std::vector<Job> jobs(1);
+  jobs[0].prompt = Prompt(400, 21);
+  jobs[0].params.temperature = 0;
+  jobs[0].params.max_tokens = 113;  // 400 + 113 - 1 = 512 positions: every block
+  auto off = Make(base);
+  const auto want = RunJobs(*off.engine, jobs);
+  ASSERT_EQ(want[0][0].error, "");
+  ASSERT_EQ(want[0][0].tokens.size(), 113u);
+  for (bool corrupt : {false, true}) {
+    for (bool async : {false, true}) {
+      EngineConfig c = SpecConfig(async, corrupt ? "dspark" : "fixed:5", std::make_shared<FakeDrafter>(FakeOptions{}, corrupt));
+      c.num_blocks = base.num_blocks;
+      auto h = Make(c);
+      const auto got = RunJobs(*h.engine, jobs);
+      SCOPED_TRACE(std::string(corrupt ? "dspark" : "fixed:5") + (async ? " async" : " sync"));
+      EXPECT_EQ(got[0][0].error, "");
+      ExpectSame(want, got);
+      EXPECT_GT(h.engine->GetStats().spec_accepted_tokens, 0u);
+    }
+  }
+  // One position more than the pool is refused the same way with and without speculation.
+  jobs[0].params.max_tokens = 114;
+  auto off2 = Make(base);
+  EXPECT_NE(RunJobs(*off2.engine, jobs)[0][0].error, "");
+  EngineConfig c = SpecConfig(true, "fixed:5", std::make_shared<FakeDrafter>(FakeOptions{}, false));
+  c.num_blocks = base.num_blocks;
+  auto h = Make(c);
+  EXPECT_NE(RunJobs(*h.engine, jobs)[0][0].error, "");
+}
+
 class Alternate : public MaskProvider {
  public:
   void FillMask(int, uint64_t* bits, size_t vocab) override {
