@@ -7,8 +7,11 @@
 
 #include "ladle/core/logging.h"
 #include "routed_engine_impl.h"
+#include "sglang_scheduler.grpc.pb.h"
 
 namespace ladle::cluster {
+
+namespace sg = ::sglang::grpc::scheduler;
 
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -56,6 +59,57 @@ Status RoutedEngineImpl::Init(int64_t wait_ms) {
 void RoutedEngineImpl::AddEngine(const std::string& address) {
   std::string a = address;
   if (a.rfind("grpc://", 0) == 0) a = a.substr(7);
+  std::shared_ptr<grpc::Channel> probe;  // a new plain address: is it an SGLang worker?
+  AddEndpoint(a, &probe);
+  if (probe) ProbeSglang(a, std::move(probe));
+}
+
+// An address without a scheme may be an SGLang worker (only SMG's SglangScheduler): its
+// VllmEngine answers UNIMPLEMENTED and its SglangScheduler answers. Then it rejoins as
+// sglang://address (sglang_bridge.h) and the plain entry is retired. Asked until it answers
+// (each try waits at most a second for the channel, so a worker that is not up yet is asked
+// about once a second); Ladle and vLLM workers answer VllmEngine at the first try.
+void RoutedEngineImpl::ProbeSglang(const std::string& a, std::shared_ptr<grpc::Channel> ch) {
+  struct Probe {
+    explicit Probe(RoutedEngineImpl* eng) : eng(eng) { eng->RpcBegin(); }
+    ~Probe() { eng->RpcEnd(); }
+    RoutedEngineImpl* eng;
+    grpc::ClientContext ctx, ctx2;
+    pb::GetModelInfoRequest vq;
+    pb::GetModelInfoResponse vr;
+    sg::GetModelInfoRequest sq;
+    sg::GetModelInfoResponse sr;
+    std::unique_ptr<pb::VllmEngine::Stub> v;
+    std::unique_ptr<sg::SglangScheduler::Stub> s;
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (shutdown_) return;
+  }
+  auto p = std::make_shared<Probe>(this);
+  p->ctx.set_wait_for_ready(true);
+  p->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  p->v = pb::VllmEngine::NewStub(ch);
+  p->v->async()->GetModelInfo(&p->ctx, &p->vq, &p->vr, [this, p, a, ch](grpc::Status st) {
+    const auto code = st.error_code();
+    if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) return ProbeSglang(a, ch);
+    if (code != grpc::StatusCode::UNIMPLEMENTED) return;  // a VllmEngine worker (or a broken one)
+    p->s = sg::SglangScheduler::NewStub(ch);
+    p->ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o_.rpc_deadline_ms));
+    p->s->async()->GetModelInfo(&p->ctx2, &p->sq, &p->sr, [this, p, a](grpc::Status st2) {
+      if (!st2.ok()) return;
+      {
+        std::lock_guard lock(mu_);
+        if (shutdown_) return;
+      }
+      LADLE_LOG_INFO("cluster.sglang_worker address={}", a);
+      AddEngine("sglang://" + a);
+      RemoveEngine(a);
+    });
+  });
+}
+
+void RoutedEngineImpl::AddEndpoint(const std::string& a, std::shared_ptr<grpc::Channel>* probe) {
   std::lock_guard lock(mu_);
   for (const auto& e : eps_) {
     if (e->address != a) continue;
@@ -77,6 +131,7 @@ void RoutedEngineImpl::AddEngine(const std::string& address) {
     e->channel = e->bridge->channel();  // an SGLang worker, through VllmEngine (sglang_bridge.h)
   } else {
     e->channel = FailFastChannel(a);
+    if (a.find("://") == std::string::npos) *probe = e->channel;
   }
   e->vllm = pb::VllmEngine::NewStub(e->channel);
   e->ladle = lrpc::LadleEngine::NewStub(e->channel);

@@ -165,6 +165,9 @@ class RoutedEngineImpl final : public RoutedEngine {
   // and dropped its state: Shutdown waits for none to be left, because a callback still to come
   // would run on a destroyed engine, and gRPC's shared callback queue must not be released (the
   // channels destroyed) while a call can still complete into it.
+  // AddEngine's parts (routed_engine.cc): the endpoint, and the SGLang probe of a plain address.
+  void AddEndpoint(const std::string& a, std::shared_ptr<grpc::Channel>* probe);
+  void ProbeSglang(const std::string& a, std::shared_ptr<grpc::Channel> ch);
   void RpcBegin();
   void RpcEnd();
 

@@ -22,6 +22,7 @@
 #include "ladle/engine/block_manager.h"
 #include "ladle/engine/engine_config.h"
 #include "sglang_scheduler.grpc.pb.h"
+#include "sglang_service.h"
 
 namespace ladle::cluster {
 namespace {
@@ -740,6 +741,42 @@ TEST_F(SglangRpc, TheEntrypointDrivesAnSglangWorker) {
   EXPECT_TRUE(node.Idle()) << "the worker's request is cancelled through the bridge";
   local->Shutdown();
   routed->Shutdown();
+}
+
+// A worker that serves only SglangScheduler (as an SGLang worker does), named without a scheme:
+// the entrypoint finds out (VllmEngine UNIMPLEMENTED, SglangScheduler answering) and drives it
+// through the bridge.
+TEST_F(SglangRpc, AnSglangOnlyWorkerIsFoundWithoutAScheme) {
+  SgNode node;
+  EngineServerOptions o;
+  o.info.name = "sglang-only";
+  o.info.vocab_size = Mc().vocab_size;
+  auto svc = MakeSglangService(o, {node.eng.get()}, [] { return false; });
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(svc.get());
+  auto server = b.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto local = MakeEngine(Ec());
+  auto routed = Route({addr});
+  WaitAlive(*routed, 1);
+  Sink a, r;
+  ASSERT_TRUE(local->Submit({PatternPrompt(130, 8), Greedy(12), nullptr}, a.Fn()).ok());
+  ASSERT_TRUE(routed->Submit({PatternPrompt(130, 8), Greedy(12), nullptr}, r.Fn()).ok());
+  ASSERT_TRUE(a.Wait());
+  ASSERT_TRUE(r.Wait());
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(a.tokens, r.tokens);
+  EXPECT_EQ(a.logprobs, r.logprobs);
+  bool found = false;
+  for (const auto& e : routed->GetClusterStats().engines) found |= e.alive && e.name == "sglang://" + addr;
+  EXPECT_TRUE(found);
+  local->Shutdown();
+  routed->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server->Wait();
 }
 
 }  // namespace
