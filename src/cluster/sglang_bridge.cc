@@ -116,12 +116,21 @@ class Relay final : public grpc::ServerWriteReactor<pb::GenerateResponse>,
       return;
     }
     stub->async()->Generate(&cctx_, &out_req_, this);
+    // Between a read and the next (while its message is written to the entrypoint) no read is
+    // outstanding, and without a hold gRPC may end the client call then: the next StartRead
+    // would touch a finished call. The hold goes when reading stops (the stream's end, or a
+    // failed write), exactly once; only then can the client side's OnDone come, with no write
+    // of ours in flight when it finishes the server side.
+    AddHold();
     StartRead(&in_);
     StartCall();
   }
   // Client side.
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone(status) follows
+    if (!ok) {
+      RemoveHold();  // OnDone(status) follows
+      return;
+    }
     FromSglang(in_, &out_);
     StartWrite(&out_);
   }
@@ -143,6 +152,7 @@ class Relay final : public grpc::ServerWriteReactor<pb::GenerateResponse>,
       StartRead(&in_);
     } else {
       cctx_.TryCancel();
+      RemoveHold();  // no read follows
     }
   }
   void OnCancel() override { cctx_.TryCancel(); }

@@ -405,8 +405,9 @@ class FsTarget final : public Target {
       }
       FailInFlight(IoError("kvcache reader restarted: " + dir_));
       if (restarts >= kMaxRestarts) {  // restarted kMaxRestarts times already
-        healthy_ = false;
+        // Logged first: whoever sees the target unhealthy also finds the reason in the log.
         LADLE_LOG_ERROR("kvcache.target_unhealthy dir={}", dir_);
+        healthy_ = false;
         FailPending();
         return;
       }
