@@ -178,16 +178,7 @@ class EngineServerImpl final : public EngineServer,
     resp->set_dp_rank_count(static_cast<int32_t>(ranks_.size()));
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (req->has_dp_rank() && req->dp_rank() != static_cast<int32_t>(i)) continue;
-      const engine::Stats st = ranks_[i]->GetStats();
-      pb::SchedulerLoad* l = resp->add_loads();
-      l->set_dp_rank(static_cast<int32_t>(i));
-      l->set_num_running_reqs(static_cast<int32_t>(st.running));
-      l->set_num_waiting_reqs(static_cast<int32_t>(st.queue_depth));
-      l->set_num_total_reqs(static_cast<int32_t>(st.running + st.queue_depth));
-      l->set_num_used_tokens(static_cast<int32_t>(st.kv_blocks_used * o_.info.block_size));
-      l->set_max_total_num_tokens(static_cast<int32_t>(st.kv_blocks_total * o_.info.block_size));
-      l->set_token_usage(st.kv_blocks_total ? double(st.kv_blocks_used) / double(st.kv_blocks_total) : 0.0);
-      l->set_utilization(1.0 - st.device_idle_fraction);
+      FillSchedulerLoad(ranks_[i]->GetStats(), static_cast<int>(i), o_.info.block_size, resp->add_loads());
     }
     return Done(ctx);
   }

@@ -161,8 +161,8 @@ std::vector<kvcache::BlockKey> RoutedEngineImpl::KeysFor(const Endpoint& e, cons
   return kvcache::ChainKeys(std::span<const uint32_t>(tokens.data(), tokens.size()), e.key_extras);
 }
 
-std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> RoutedEngineImpl::LookupSwa(const Routed& r) {
-  std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> out;
+std::vector<SwaPeer> RoutedEngineImpl::LookupSwa(const Routed& r) {
+  std::vector<SwaPeer> out;
   std::vector<kvcache::ExtraKey> extras;
   {
     std::lock_guard lock(mu_);
@@ -182,8 +182,8 @@ std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> Routed
   if (!r.images.empty()) keys.resize(std::min<size_t>(keys.size(), static_cast<size_t>(r.images[0].pos) / kvcache::kBlockTokens));
   if (keys.empty()) return out;
   const std::vector<std::string> holders = dir_->Lookup(keys);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!holders[i].empty()) out.emplace(keys[i], holders[i]);
+  for (size_t i = keys.size(); i-- > 0;) {
+    if (!holders[i].empty()) out.push_back({keys[i], holders[i]});
   }
   return out;
 }
@@ -318,11 +318,8 @@ std::shared_ptr<StreamCall> RoutedEngineImpl::PrepareCall(Routed& r, Stage stage
     }
     if (!e.key_extras.empty()) {
       // SWA entries other engines hold for this prefix (a previous turn's, made by the engine
-      // that decoded it): the largest two block boundaries.
-      // The directory's keys carry no image hashes, so only blocks before the first image
-      // can name the same prefix the engines keyed.
-      auto keys = KeysFor(e, tokens);
-      if (!r.images.empty()) keys.resize(std::min<size_t>(keys.size(), static_cast<size_t>(r.images[0].pos) / kvcache::kBlockTokens));
+      // that decoded it): the largest two block boundaries, as the directory answered for the
+      // tokens this stage is sent (LookupSwa, before routing).
       auto alive_other = [&](const std::string& address) {
         if (address.empty() || address == e.address) return false;
         for (const auto& o : eps_) {
@@ -333,11 +330,11 @@ std::shared_ptr<StreamCall> RoutedEngineImpl::PrepareCall(Routed& r, Stage stage
       // The decode's own hit anchor first: the prefill engine holds it, whoever owns the key.
       if (stage == Stage::kDecode && r.anchor_ep >= 0 && alive_other(eps_[static_cast<size_t>(r.anchor_ep)]->address))
         x.swa_peers.push_back({r.anchor_key, eps_[static_cast<size_t>(r.anchor_ep)]->address});
-      for (size_t i = keys.size(); i-- > 0 && x.swa_peers.size() < 2;) {
-        auto it = r.swa_holders.find(keys[i]);
-        if (it == r.swa_holders.end() || !alive_other(it->second)) continue;
-        if (!x.swa_peers.empty() && x.swa_peers[0].key == keys[i]) continue;
-        x.swa_peers.push_back({keys[i], it->second});
+      for (const SwaPeer& h : r.swa_holders) {
+        if (x.swa_peers.size() >= 2) break;
+        if (!alive_other(h.peer)) continue;
+        if (!x.swa_peers.empty() && x.swa_peers[0].key == h.key) continue;
+        x.swa_peers.push_back(h);
       }
     }
     g.set_kv_transfer_params_json(ExtrasToJson(x));

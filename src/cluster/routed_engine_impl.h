@@ -105,9 +105,10 @@ struct Routed {
   // whoever owns the key in the directory).
   kvcache::BlockKey anchor_key;
   int anchor_ep = -1;
-  // The directory's answer for this request's prefix (key → engine address), asked before
-  // each dispatch; written and read under RoutedEngineImpl::mu_.
-  std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> swa_holders;
+  // The directory's answer for this request's prefix: the keys it knows a holder of (an engine
+  // address), longest prefix first; asked before each dispatch, written and read under
+  // RoutedEngineImpl::mu_.
+  std::vector<SwaPeer> swa_holders;
 };
 
 class RoutedEngineImpl;
@@ -178,7 +179,7 @@ class RoutedEngineImpl final : public RoutedEngine {
   std::pair<int, int> Choose(Stage stage, const Routed& r, int avoid) const;
   void Charge(Routed& r, int ep, int rank, Stage stage);
   // The SWA directory's holders of r's prefix keys (takes mu_ briefly, then asks the owners).
-  std::unordered_map<kvcache::BlockKey, std::string, kvcache::BlockKeyHash> LookupSwa(const Routed& r);
+  std::vector<SwaPeer> LookupSwa(const Routed& r);
   void Uncharge(Routed& r);
 
   // routed_engine_prefill.cc: the Prefill Load Balancer (lb::PrefillRouter) over the prefill

@@ -59,6 +59,20 @@ Result<engine::SamplingParams> FromProto(const pb::SamplingParams& p, int64_t de
 // A Status as the gRPC status a call ends with (same code where gRPC has one, else INTERNAL).
 grpc::Status ToGrpc(const Status& s);
 
+// One DP rank's core load in SMG's SchedulerLoad, which VllmEngine and SglangScheduler both
+// carry with the same fields (GetLoads in engine_server_impl.h and sglang_service.cc).
+template <typename Load>
+void FillSchedulerLoad(const engine::Stats& st, int rank, int block_size, Load* l) {
+  l->set_dp_rank(static_cast<int32_t>(rank));
+  l->set_num_running_reqs(static_cast<int32_t>(st.running));
+  l->set_num_waiting_reqs(static_cast<int32_t>(st.queue_depth));
+  l->set_num_total_reqs(static_cast<int32_t>(st.running + st.queue_depth));
+  l->set_num_used_tokens(static_cast<int32_t>(st.kv_blocks_used * static_cast<size_t>(block_size)));
+  l->set_max_total_num_tokens(static_cast<int32_t>(st.kv_blocks_total * static_cast<size_t>(block_size)));
+  l->set_token_usage(st.kv_blocks_total ? double(st.kv_blocks_used) / double(st.kv_blocks_total) : 0.0);
+  l->set_utilization(1.0 - st.device_idle_fraction);
+}
+
 // The protocol's finish_reason and matched_stop for an engine finish, and back.
 std::string FinishReasonName(engine::FinishKind k);
 engine::FinishKind FinishFromProto(const pb::GenerateComplete& c);

@@ -601,16 +601,8 @@ class SglangService final : public sg::SglangScheduler::CallbackService {
     double usage = 0, util = 0;
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (req->has_dp_rank() && req->dp_rank() != static_cast<int32_t>(i)) continue;
-      const engine::Stats st = ranks_[i]->GetStats();
       sg::SchedulerLoad* l = resp->add_loads();
-      l->set_dp_rank(static_cast<int32_t>(i));
-      l->set_num_running_reqs(static_cast<int32_t>(st.running));
-      l->set_num_waiting_reqs(static_cast<int32_t>(st.queue_depth));
-      l->set_num_total_reqs(static_cast<int32_t>(st.running + st.queue_depth));
-      l->set_num_used_tokens(static_cast<int32_t>(st.kv_blocks_used * static_cast<size_t>(info_.block_size)));
-      l->set_max_total_num_tokens(static_cast<int32_t>(st.kv_blocks_total * static_cast<size_t>(info_.block_size)));
-      l->set_token_usage(st.kv_blocks_total ? double(st.kv_blocks_used) / double(st.kv_blocks_total) : 0.0);
-      l->set_utilization(1.0 - st.device_idle_fraction);
+      FillSchedulerLoad(ranks_[i]->GetStats(), static_cast<int>(i), info_.block_size, l);
       if (memory) l->mutable_memory()->set_token_capacity(l->max_total_num_tokens());
       if (queues) l->mutable_queues()->set_waiting(l->num_waiting_reqs());
       agg->set_total_running_reqs(agg->total_running_reqs() + l->num_running_reqs());

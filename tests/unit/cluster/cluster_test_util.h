@@ -143,6 +143,22 @@ inline std::unique_ptr<RoutedEngine> Route(std::vector<std::string> engines, std
   return std::move(r).value();
 }
 
+// Greedy prompts of 5, 130 and 300 tokens through `routed` give the tokens and logprobs `local`
+// gives, and finish by length. Call with ASSERT_NO_FATAL_FAILURE.
+inline void ExpectMatchesLocal(engine::Engine& local, engine::Engine& routed) {
+  for (int len : {5, 130, 300}) {
+    Sink a, b;
+    ASSERT_TRUE(local.Submit({PatternPrompt(len, len), Greedy(16), nullptr}, a.Fn()).ok());
+    ASSERT_TRUE(routed.Submit({PatternPrompt(len, len), Greedy(16), nullptr}, b.Fn()).ok());
+    ASSERT_TRUE(a.Wait());
+    ASSERT_TRUE(b.Wait());
+    EXPECT_EQ(b.error, "");
+    EXPECT_EQ(a.tokens, b.tokens) << "len " << len;
+    EXPECT_EQ(a.logprobs, b.logprobs) << "len " << len;
+    EXPECT_EQ(b.finish[0], engine::FinishKind::kLength);
+  }
+}
+
 // Waits until every engine is known and alive (roles learned).
 inline void WaitAlive(RoutedEngine& r, size_t n) {
   for (int i = 0; i < 200; ++i) {
