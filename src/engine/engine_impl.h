@@ -66,6 +66,10 @@ struct DevSeq {
   int64_t emitted = 0;
   std::vector<TokenId> drafts;
   std::vector<float> conf;
+  // The decode copy area under speculation (engine_spec.cc): the next block boundary whose
+  // window a spec decode captures. Spec decodes' positions are the device's, so the device
+  // plans their copies; -1 until the first spec decode after a prefill.
+  int64_t swa_next = -1;
 };
 
 // A store read for a waiting sequence (EngineConfig::kv_store_read). Filled on the store's
@@ -336,6 +340,8 @@ class EngineImpl : public Engine {
   void PlanSpecCapacity(Batch* b);
   void PrepareSpecSteps(Batch* b);
   void SampleSpec(Batch* b, Entry& e, size_t* row);
+  void PlanSpecSwaCapture(Entry& e);
+  void CheckSpecSwaCapture(Entry& e, int accepted);
   void DraftAfterSample(Batch* b);
   void PostProcessSpec(Seq* s, Entry& e);
   bool spec_on() const { return spec_ != nullptr; }

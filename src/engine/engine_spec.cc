@@ -77,9 +77,39 @@ void EngineImpl::PrepareSpecSteps(Batch* b) {
     e.tokens.assign(1, d.last_token);
     e.tokens.insert(e.tokens.end(), d.drafts.begin(), d.drafts.begin() + L);
     e.hidden.assign(static_cast<size_t>(L + 1) * H, 0.0f);
+    PlanSpecSwaCapture(e);
     // The scheduler's blocks cover the longest outcome of every step in flight.
     LADLE_CHECK(static_cast<int64_t>(e.table.size()) * block_size_ >= d.pos + L + 1);
   }
+}
+
+// The decode copy area (kv_hit_policy.h) for a spec decode: when this span reaches the next
+// block boundary, the forward snapshots the window ending there. Whether the snapshot holds only
+// accepted tokens is known after sampling (CheckSpecSwaCapture).
+void EngineImpl::PlanSpecSwaCapture(Entry& e) {
+  if (!swa_pool_ || kv_->swa_bytes() == 0) return;
+  DevSeq& d = *e.dev;
+  if (d.swa_next < 0) d.swa_next = (d.pos / block_size_ + 1) * block_size_;
+  // d.pos never passes swa_next without a copy attempt: a step starts at d.pos ≤ swa_next and a
+  // step that does not reach it leaves d.pos below it.
+  LADLE_CHECK(d.swa_next >= e.start_pos);
+  if (d.swa_next > e.start_pos + static_cast<int64_t>(e.tokens.size())) return;
+  e.swa_capture = std::make_shared<SwaCapture>();
+  e.swa_capture->anchor = d.swa_next;
+}
+
+// The window ending at the anchor was computed from the span's inputs before it: last_token and
+// drafts 1..anchor − start − 1. It is the sequence's own window when every one of those drafts
+// was accepted; otherwise it holds a rejected draft and is dropped, and a later step (starting
+// at or before the anchor) takes it again.
+void EngineImpl::CheckSpecSwaCapture(Entry& e, int accepted) {
+  DevSeq& d = *e.dev;
+  if (d.swa_next < 0) return;
+  const bool reached = e.swa_capture && d.swa_next <= d.pos && d.swa_next <= e.start_pos + accepted + 1;
+  if (e.swa_capture && !reached) e.swa_capture->ok = false;
+  // Past the boundary (a snapshot taken, or one the model could not take: its ring no longer
+  // held the window), the next boundary after d.pos is the next copy.
+  if ((e.swa_capture && e.swa_capture->ok) || d.pos > d.swa_next) d.swa_next = (d.pos / block_size_ + 1) * block_size_;
 }
 
 void EngineImpl::SampleSpec(Batch* b, Entry& e, size_t* row) {
@@ -105,6 +135,7 @@ void EngineImpl::SampleSpec(Batch* b, Entry& e, size_t* row) {
   }
   *row += static_cast<size_t>(L + 1);
   d.pos = e.start_pos + static_cast<int64_t>(e.results.size());
+  CheckSpecSwaCapture(e, accepted);
   d.emitted += static_cast<int64_t>(e.results.size());
   stat_spec_drafts_ += static_cast<uint64_t>(L);
   stat_spec_accepted_ += static_cast<uint64_t>(accepted);

@@ -334,30 +334,60 @@ TEST_F(EngineSpec, SampledTokensKeepTheTargetDistribution) {
 // The reference model, with a drafter fitted on it (dspark_fit.h): a verify span's rows are
 // bit-identical to one-by-one decodes (Linear is row-wise for short spans), so greedy tokens
 // and their logprobs match the unspeculated run exactly, with async scheduling on and off.
+// A drafter fitted on the tiny reference model (window 16, ring 22 with 6 spare, blocks of 16),
+// fitted once for the tests that use it.
+struct TinyFit {
+  ModelConfig mc = TinyModelConfig(4096);
+  Status status;
+  DrafterWeights weights;
+  std::shared_ptr<const Drafter> drafter;
+};
+const TinyFit& FittedTinyDrafter() {
+  static const TinyFit fit = [] {
+    TinyFit f;
+    auto target = Model::Create(f.mc, "");
+    if (!target.ok()) {
+      f.status = target.status();
+      return f;
+    }
+    FitOptions fo;
+    fo.prompts = 32;
+    fo.gen_tokens = 120;
+    fo.prompt_min = 8;
+    fo.prompt_max = 24;
+    fo.draft_vocab = 2048;
+    fo.rank = 16;
+    fo.seed = 11;
+    auto rep = FitDrafter(**target, fo);
+    if (!rep.ok()) {
+      f.status = rep.status();
+      return f;
+    }
+    auto drafter = MakeDrafter(rep->weights);
+    if (!drafter.ok()) {
+      f.status = drafter.status();
+      return f;
+    }
+    f.weights = rep->weights;
+    f.drafter = std::move(drafter).value();
+    return f;
+  }();
+  return fit;
+}
+
 TEST_F(EngineSpec, OnTheReferenceModelGreedyOutputIsIdentical) {
-  const ModelConfig mc = TinyModelConfig(4096);  // window 16, ring 22 (6 spare), blocks of 16
-  auto target = Model::Create(mc, "");
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
-  FitOptions fo;
-  fo.prompts = 32;
-  fo.gen_tokens = 120;
-  fo.prompt_min = 8;
-  fo.prompt_max = 24;
-  fo.draft_vocab = 2048;
-  fo.rank = 16;
-  fo.seed = 11;
-  auto rep = FitDrafter(**target, fo);
-  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-  auto drafter = MakeDrafter(rep->weights);
-  ASSERT_TRUE(drafter.ok()) << drafter.status().ToString();
-  std::shared_ptr<const Drafter> d = std::move(drafter).value();
+  const TinyFit& fit = FittedTinyDrafter();
+  ASSERT_TRUE(fit.status.ok()) << fit.status.ToString();
+  const ModelConfig& mc = fit.mc;
+  const DrafterWeights* rep = &fit.weights;
+  std::shared_ptr<const Drafter> d = fit.drafter;
   {
     // A prefix pass (what the engine runs when only k drafts can pay) is the full pass's prefix.
     std::vector<std::vector<float>> hs(3, std::vector<float>(static_cast<size_t>(mc.hidden)));
     for (size_t i = 0; i < hs.size(); ++i)
       for (size_t j = 0; j < hs[i].size(); ++j) hs[i][j] = std::sin(static_cast<float>(i * 31 + j));
     std::vector<DraftInput> in;
-    for (size_t i = 0; i < hs.size(); ++i) in.push_back({hs[i], static_cast<TokenId>(rep->weights.d2t[i * 5])});
+    for (size_t i = 0; i < hs.size(); ++i) in.push_back({hs[i], static_cast<TokenId>(rep->d2t[i * 5])});
     std::vector<DraftOutput> full, part;
     d->Draft(in, &full);
     for (int k = 0; k <= d->config().draft_tokens; ++k) {
@@ -412,6 +442,85 @@ TEST_F(EngineSpec, OnTheReferenceModelGreedyOutputIsIdentical) {
         EXPECT_EQ(got[i].logprobs, want[i].logprobs) << "prompt " << i;
       }
       EXPECT_GT(st.spec_accepted_tokens, 0u);  // the fitted drafter really drafts
+    }
+  }
+}
+
+// The decode copy area under speculation: a spec decode that reaches a block boundary takes
+// the window there (planned on the device, kept only when every token before the boundary was
+// accepted), so the next turn hits the SWA entry where the unspeculated engine's does, with no
+// replay, and answers as a cold engine does.
+TEST_F(EngineSpec, SpecDecodesTakeTheDecodeSwaCopy) {
+  const TinyFit& fit = FittedTinyDrafter();
+  ASSERT_TRUE(fit.status.ok()) << fit.status.ToString();
+  auto make = [&](const std::string& mode, bool async, bool cache) {
+    auto m = Model::Create(fit.mc, "");
+    EXPECT_TRUE(m.ok());
+    EngineConfig c;
+    c.num_blocks = 128;
+    c.max_running = 8;
+    c.chunk_policy = "fixed";
+    c.chunk_tokens = 32;
+    c.async_scheduling = async;
+    c.prefix_cache = cache;
+    c.swa_pool_bytes = cache ? (16ull << 20) : 0;
+    c.speculative = mode;
+    c.drafter = fit.drafter;
+    c.spec_max_step_tokens = 48;
+    SpsTable flat;  // long spans, so copies land at every overshoot 0..5 past a boundary
+    flat.tokens = {1, 512};
+    flat.sps = {100.0, 99.0};
+    c.spec_sps = flat;
+    auto e = CreateEngine(c, std::move(m).value(), *EngineTokenizer());
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return std::move(e).value();
+  };
+  // Turn 1: prompts of 20..41 tokens decode 45 more, across two or three boundaries of 16.
+  std::vector<std::vector<TokenId>> turn1;
+  for (int len : {20, 27, 33, 41}) {
+    std::vector<TokenId> p;
+    for (int i = 0; i < len; ++i) p.push_back(static_cast<TokenId>(3 + (i * 389 + len * 104729) % 4000));
+    turn1.push_back(p);
+  }
+  auto turn2_of = [&](const std::vector<testing::Got>& answers) {
+    std::vector<std::vector<TokenId>> t2;
+    for (size_t i = 0; i < turn1.size(); ++i) {
+      auto p = turn1[i];
+      p.insert(p.end(), answers[i].tokens.begin(), answers[i].tokens.end());
+      for (int j = 0; j < 24; ++j) p.push_back(static_cast<TokenId>(11 + j * 13 + i));  // ≥ the ring (22): L1 is the last boundary
+      t2.push_back(p);
+    }
+    return t2;
+  };
+  // The unspeculated engine's next-turn hits, and a cold engine's answers.
+  auto off = make("off", false, true);
+  const auto off1 = testing::RunGreedy(*off, turn1, 45);
+  const auto turn2 = turn2_of(off1);
+  std::vector<testing::Got> off2;
+  for (const auto& p : turn2) off2.push_back(testing::RunGreedy(*off, {p}, 6)[0]);
+  const auto cold = make("off", false, false);
+  const auto cold2 = testing::RunGreedy(*cold, turn2, 6);
+  for (size_t i = 0; i < turn2.size(); ++i) {
+    ASSERT_GT(off2[i].cached, static_cast<int64_t>(turn1[i].size()) / 16 * 16) << "a decode copy served turn 2";
+  }
+  for (const std::string mode : {"fixed:5", "dspark"}) {
+    for (bool async : {false, true}) {
+      SCOPED_TRACE(mode + (async ? " async" : " sync"));
+      auto e = make(mode, async, true);
+      const auto got1 = testing::RunGreedy(*e, turn1, 45);
+      for (size_t i = 0; i < turn1.size(); ++i) ASSERT_EQ(got1[i].tokens, off1[i].tokens) << i;
+      const uint64_t accepted = e->GetStats().spec_accepted_tokens;
+      EXPECT_GT(accepted, 0u);
+      for (size_t i = 0; i < turn2.size(); ++i) {
+        const testing::Got hit = testing::RunGreedy(*e, {turn2[i]}, 6)[0];
+        EXPECT_EQ(hit.error, "");
+        EXPECT_EQ(hit.cached, off2[i].cached) << "turn 2 of prompt " << i;
+        EXPECT_EQ(hit.tokens, cold2[i].tokens) << i;
+        EXPECT_EQ(hit.logprobs, cold2[i].logprobs) << i;
+      }
+      const Stats st = e->GetStats();
+      EXPECT_EQ(st.swa_hits, turn2.size());
+      EXPECT_EQ(st.replayed_tokens, 0u);
     }
   }
 }
