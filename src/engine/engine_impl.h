@@ -349,7 +349,8 @@ class EngineImpl : public Engine {
   std::shared_ptr<const Drafter> drafter_;
   int gamma_ = 0;
   double spec_max_pi_ = 1.0;  // device thread: the latest largest first-draft confidence
-  uint64_t spec_skipped_ = 0;
+  uint64_t spec_skipped_ = 0;        // device thread: steps not drafted since the last refresh
+  uint64_t spec_refresh_every_ = 16;  // device thread: DraftAfterSample's refresh interval
   std::atomic<uint64_t> stat_spec_drafts_{0}, stat_spec_accepted_{0}, stat_spec_verify_{0};
   std::vector<std::atomic<uint64_t>> stat_spec_lengths_ = std::vector<std::atomic<uint64_t>>(17);
   std::shared_ptr<SwaPool> swa_pool_;

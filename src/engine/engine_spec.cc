@@ -164,16 +164,27 @@ void EngineImpl::DraftAfterSample(Batch* b) {
     es.push_back(&e);
   }
   if (in.empty()) return;
-  // With no confidences seen last step (nothing was drafted), the last known maximum stands, and
-  // every 16th such step drafts anyway to refresh it. Where no draft could raise the throughput
-  // at this load (the SPS curve is too steep) the drafter is not run: its cost would buy
-  // nothing, and the next step verifies none.
+  // Where no draft could raise the throughput at this load (the SPS curve too steep for the
+  // confidences seen) the drafter is not run: its cost would buy nothing, and the next step
+  // verifies none. With no confidences seen last step (nothing was drafted), the last known
+  // maximum stands, and a refresh step drafts the first position only (π_1 is all the bound
+  // reads) to renew it. Refreshes back off from every 16th skipped step to every 1024th while
+  // they keep finding nothing useful, so a costly drafter (a large draft vocabulary) on a
+  // target it cannot predict costs off's speed within a fraction of a percent.
+  const int64_t requests = static_cast<int64_t>(in.size());
+  int positions = 0;
   if (max_pi >= 0) {
     spec_max_pi_ = max_pi;
-  } else if (++spec_skipped_ % 16 == 0) {
-    spec_max_pi_ = 1.0;
+    positions = std::min(gamma_, spec_->UsefulDrafts(requests, spec_max_pi_));
+    if (positions > 0) spec_refresh_every_ = 16;  // useful again: refresh soon after the next lull
+  } else {
+    positions = std::min(gamma_, spec_->UsefulDrafts(requests, spec_max_pi_));
+    if (positions == 0 && ++spec_skipped_ >= spec_refresh_every_) {
+      spec_skipped_ = 0;
+      spec_refresh_every_ = std::min<uint64_t>(spec_refresh_every_ * 2, 1024);
+      positions = std::min(1, spec_->UsefulDrafts(requests, 1.0));
+    }
   }
-  const int positions = std::min(gamma_, spec_->UsefulDrafts(static_cast<int64_t>(in.size()), spec_max_pi_));
   if (positions == 0) return;
   std::vector<DraftOutput> out;
   drafter_->DraftPrefix(in, positions, &out);

@@ -42,6 +42,10 @@ class FakeDrafter : public Drafter {
   }
   const DrafterConfig& config() const override { return c_; }
   void DraftPrefix(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out) const override {
+    {
+      std::lock_guard lk(mu_);
+      call_positions_.push_back(positions);
+    }
     out->assign(in.size(), {});
     std::vector<float> row(static_cast<size_t>(o_.vocab));
     for (size_t i = 0; i < in.size(); ++i) {
@@ -60,18 +64,26 @@ class FakeDrafter : public Drafter {
         if (k == reject_at) d = d + 1 < static_cast<TokenId>(o_.vocab) ? d + 1 : 3;
         (*out)[i].tokens.push_back(d);
         const double u = static_cast<double>(FakeMix(x ^ (0x77ull + k)) >> 11) * 0x1.0p-53;
-        (*out)[i].confidences.push_back(static_cast<float>(0.15 + 0.8 * u));
+        (*out)[i].confidences.push_back(fixed_conf_ > 0 ? fixed_conf_ : static_cast<float>(0.15 + 0.8 * u));
         x = FakeHashStep(x, d);
         len += 1;
       }
     }
   }
   mutable std::array<std::atomic<int>, kGamma + 1> reject_counts_{};
+  float fixed_conf_ = -1;  // > 0: every draft's confidence
+  // The positions asked of each DraftPrefix call, in order.
+  std::vector<int> CallPositions() const {
+    std::lock_guard lk(mu_);
+    return call_positions_;
+  }
 
  private:
   DrafterConfig c_;
   FakeOptions o_;
   bool corrupt_;
+  mutable std::mutex mu_;
+  mutable std::vector<int> call_positions_;
 };
 
 // A decreasing throughput curve with a knee, so Algorithm 1 picks varied lengths.
@@ -334,6 +346,35 @@ TEST_F(EngineSpec, SampledTokensKeepTheTargetDistribution) {
 // The reference model, with a drafter fitted on it (dspark_fit.h): a verify span's rows are
 // bit-identical to one-by-one decodes (Linear is row-wise for short spans), so greedy tokens
 // and their logprobs match the unspeculated run exactly, with async scheduling on and off.
+// A target the drafter cannot predict (every confidence 0.05) on a curve where only a certain
+// draft could pay: the engine stops running the drafter, refreshing π_1 with one-position
+// drafts at growing intervals (16, 32, 64, ... skipped steps), and the output is off's.
+TEST_F(EngineSpec, AnUnpredictableTargetBacksTheDrafterOff) {
+  const std::vector<std::vector<TokenId>> prompts = {Prompt(20, 3)};
+  auto off = Make(FixedConfig(false));
+  const auto want = testing::RunGreedy(*off.engine, prompts, 300);
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    auto drafter = std::make_shared<FakeDrafter>(FakeOptions{}, /*corrupt=*/false);
+    drafter->fixed_conf_ = 0.05f;
+    EngineConfig c = SpecConfig(async, "dspark", drafter);
+    SpsTable steep;  // SPS(1)/SPS(2) − 1 = 0.43: a draft pays only above π 0.43
+    steep.tokens = {1, 2, 64};
+    steep.sps = {1000, 700, 20};
+    c.spec_sps = steep;
+    auto h = Make(c);
+    const auto got = testing::RunGreedy(*h.engine, prompts, 300);
+    ASSERT_EQ(got[0].tokens, want[0].tokens);
+    const std::vector<int> calls = drafter->CallPositions();
+    // One call at the start (π unknown: 1), then refreshes after 16, 32, 64 and 128 skipped
+    // steps within 300 tokens; every 16th step (the old rule) would have made 18.
+    EXPECT_GE(calls.size(), 4u);
+    EXPECT_LE(calls.size(), 7u);
+    for (size_t i = 1; i < calls.size(); ++i) EXPECT_EQ(calls[i], 1) << "refresh " << i << " drafts π_1 only";
+    EXPECT_EQ(h.engine->GetStats().spec_accepted_tokens, 0u);  // nothing was worth verifying
+  }
+}
+
 // A drafter fitted on the tiny reference model (window 16, ring 22 with 6 spare, blocks of 16),
 // fitted once for the tests that use it.
 struct TinyFit {
