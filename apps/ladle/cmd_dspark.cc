@@ -1,6 +1,7 @@
 // `ladle dspark fit`: distils a DSpark drafter (drafter.h) from the target model and saves it.
 //   ladle dspark fit --out DIR [--model DIR] [--prompts N] [--gen-tokens T] [--draft-tokens 5]
-//                    [--draft-vocab 2048] [--rank 32] [--seed S] [--heldout-fraction F]
+//                    [--draft-vocab 0 (auto)] [--rank 32] [--seed S] [--heldout-fraction F]
+//                    [--markov-epochs 2] [--eval-positions 6144]
 // Prints progress lines, then the held-out acceptance of the full drafter, the backbone alone
 // and the Markov head alone, and the calibration table. docs/engine.md, "Speculative decoding:
 // the DSpark drafter".
@@ -66,7 +67,8 @@ int RunFit(const DsparkFitOpts& o) {
              rep->train_positions, rep->heldout_sequences, rep->heldout_positions);
   fmt::print("held-out next tokens inside the draft vocab: {:.1f}% (the first draft's ceiling)\n",
              100 * rep->heldout_vocab_coverage);
-  fmt::print("held-out mean acceptance length (1 + leading correct drafts, max {}):\n", c.draft_tokens + 1);
+  fmt::print("held-out mean acceptance length (1 + leading correct drafts, max {}; {} positions):\n",
+             c.draft_tokens + 1, rep->evaluated_positions);
   fmt::print("  both           {:.3f}   prefix acceptance per k: {}\n", rep->both.acceptance_length,
              Prefix(rep->both.prefix_accept));
   fmt::print("  backbone only  {:.3f}   prefix acceptance per k: {}\n", rep->backbone_only.acceptance_length,
@@ -74,10 +76,13 @@ int RunFit(const DsparkFitOpts& o) {
   fmt::print("  markov only    {:.3f}   prefix acceptance per k: {}\n", rep->markov_only.acceptance_length,
              Prefix(rep->markov_only.prefix_accept));
   fmt::print("calibration ({} positions the confidence head did not see):\n", rep->calibration_positions);
-  fmt::print("  k  predicted pi  observed  temperature\n");
+  fmt::print("  k  predicted pi  observed  temperature  state ridge  validation NLL: features  chosen\n");
   for (size_t k = 0; k < rep->predicted_pi.size(); ++k) {
-    fmt::print("  {}  {:12.3f}  {:8.3f}  {:11.3f}\n", k + 1, rep->predicted_pi[k], rep->observed_pi[k],
-               rep->weights.conf_temperature[k]);
+    const engine::ConfidenceChoice& ch = rep->confidence[k];
+    fmt::print("  {}  {:12.3f}  {:8.3f}  {:11.3f}  {:>11}  {:24.4f}  {:6.4f}\n", k + 1, rep->predicted_pi[k],
+               rep->observed_pi[k], rep->weights.conf_temperature[k],
+               ch.lambda > 0 ? fmt::format("{:g}", ch.lambda) : std::string("unused"), ch.loss_features,
+               ch.loss_chosen);
   }
   fmt::print("time: {:.1f} s (generate {:.1f} s, fit {:.1f} s, evaluate {:.1f} s)\n", rep->seconds_total,
              rep->seconds_generate, rep->seconds_fit, rep->seconds_total - rep->seconds_generate - rep->seconds_fit);
@@ -101,7 +106,24 @@ void RegisterDspark(CLI::App& app, RunFn* run) {
   fit->add_option("--draft-tokens", opts->fit.draft_tokens, "gamma: tokens drafted per pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  fit->add_option("--draft-vocab", opts->fit.draft_vocab, "draft vocabulary size (at most)")->capture_default_str();
+  fit->add_option("--draft-vocab", opts->fit.draft_vocab,
+                  "draft vocabulary size (at most); 0: the fewest frequent ids covering --draft-vocab-coverage of "
+                  "the generated tokens, at most --draft-vocab-max")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  fit->add_option("--draft-vocab-coverage", opts->fit.draft_vocab_coverage, "with --draft-vocab 0")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
+  fit->add_option("--draft-vocab-max", opts->fit.draft_vocab_max, "with --draft-vocab 0")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  fit->add_option("--markov-epochs", opts->fit.markov_epochs, "Adam epochs of the Markov head")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  fit->add_option("--eval-positions", opts->fit.eval_positions,
+                  "held-out positions the variants are compared on (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   fit->add_option("--rank", opts->fit.rank, "rank of the Markov head")->capture_default_str();
   fit->add_option("--seed", opts->fit.seed, "seed of the prompts and the Markov fit")->capture_default_str();
   fit->add_option("--heldout-fraction", opts->fit.heldout_fraction, "sequences held out for confidence and evaluation")

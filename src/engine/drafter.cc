@@ -65,6 +65,7 @@ class DrafterImpl final : public Drafter {
     }
     bias_ = w.backbone_bias;
     conf_w_ = w.conf_weight;
+    conf_h_ = w.conf_hidden.empty() ? std::vector<float>(static_cast<size_t>(G) * H, 0.0f) : w.conf_hidden;
     conf_b_ = w.conf_bias;
     conf_t_ = w.conf_temperature;
   }
@@ -72,11 +73,11 @@ class DrafterImpl final : public Drafter {
   const DrafterConfig& config() const override { return config_; }
 
   void DraftPrefix(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out) const override {
-    Run(in, positions, out, nullptr);
+    Run(in, positions, out, nullptr, nullptr);
   }
 
-  void Run(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out,
-           std::vector<float>* features) const {
+  void Run(std::span<const DraftInput> in, int positions, std::vector<DraftOutput>* out, std::vector<float>* features,
+           std::vector<float>* hidden) const {
     // Position k depends on positions < k only (the backbone is per position, the Markov bias
     // on the previous draft), so a prefix of the positions is the prefix of a full pass.
     const int H = config_.hidden, G = std::clamp(positions, 0, config_.draft_tokens), Vd = config_.draft_vocab,
@@ -129,6 +130,10 @@ class DrafterImpl final : public Drafter {
         double a = conf_b_[static_cast<size_t>(k)];
         for (int j = 0; j < kDraftFeatures; ++j)
           a += static_cast<double>(conf_w_[static_cast<size_t>(k) * kDraftFeatures + j]) * f[j];
+        // The backbone state's term, in index order (deterministic, batch-invariant).
+        const float* gk = g.data() + (i * G + k) * gs;
+        const float* qk = conf_h_.data() + static_cast<size_t>(k) * H;
+        for (int j = 0; j < H; ++j) a += static_cast<double>(qk[j]) * gk[j];
         a /= conf_t_[static_cast<size_t>(k)];
         double c = 1.0 / (1.0 + std::exp(-a));
         // Weights that overflow (finite, but huge) give non-finite logits and a NaN here: such a
@@ -139,6 +144,7 @@ class DrafterImpl final : public Drafter {
         o.tokens[static_cast<size_t>(k)] = d2t_[static_cast<size_t>(best)];
         o.confidences[static_cast<size_t>(k)] = static_cast<float>(c);
         if (features) features->insert(features->end(), f, f + kDraftFeatures);
+        if (hidden) hidden->insert(hidden->end(), gk, gk + H);
         prev = best;
       }
     }
@@ -174,7 +180,7 @@ class DrafterImpl final : public Drafter {
   std::vector<int32_t> t2d_;
   Floats embed_, head_, u_, v_;
   std::vector<Floats> backbone_;  // one aligned [H, 2H] per position
-  std::vector<float> bias_, conf_w_, conf_b_, conf_t_;
+  std::vector<float> bias_, conf_w_, conf_h_, conf_b_, conf_t_;
 };
 
 Status ValidateWeights(const DrafterWeights& w) {
@@ -189,6 +195,7 @@ Status ValidateWeights(const DrafterWeights& w) {
   LADLE_RETURN_IF_ERROR(CheckSize("markov.u", w.markov_u.size(), Vd * R));
   LADLE_RETURN_IF_ERROR(CheckSize("markov.v", w.markov_v.size(), Vd * R));
   LADLE_RETURN_IF_ERROR(CheckSize("confidence.weight", w.conf_weight.size(), G * kDraftFeatures));
+  if (!w.conf_hidden.empty()) LADLE_RETURN_IF_ERROR(CheckSize("confidence.hidden", w.conf_hidden.size(), G * H));
   LADLE_RETURN_IF_ERROR(CheckSize("confidence.bias", w.conf_bias.size(), G));
   LADLE_RETURN_IF_ERROR(CheckSize("confidence.temperature", w.conf_temperature.size(), G));
   std::vector<bool> seen(static_cast<size_t>(c.target_vocab), false);
@@ -246,10 +253,10 @@ Result<std::unique_ptr<Drafter>> MakeDrafter(const DrafterWeights& w) {
 }
 
 Status DraftWithFeatures(const Drafter& d, std::span<const DraftInput> in, std::vector<DraftOutput>* out,
-                         std::vector<float>* features) {
+                         std::vector<float>* features, std::vector<float>* hidden) {
   const auto* impl = dynamic_cast<const DrafterImpl*>(&d);
   if (impl == nullptr) return InvalidArgument("DraftWithFeatures: not a DSpark drafter");
-  impl->Run(in, impl->config().draft_tokens, out, features);
+  impl->Run(in, impl->config().draft_tokens, out, features, hidden);
   return Status::Ok();
 }
 
@@ -276,6 +283,8 @@ Status SaveDrafter(const DrafterWeights& w, const std::string& dir) {
   // Ids as F32: exact below 2^24, which ValidateConfig caps target_vocab at.
   std::vector<float> d2t(w.d2t.begin(), w.d2t.end());
   const int64_t H = c.hidden, G = c.draft_tokens, Vd = c.draft_vocab, R = c.rank;
+  const std::vector<float> conf_hidden =
+      w.conf_hidden.empty() ? std::vector<float>(static_cast<size_t>(G * H), 0.0f) : w.conf_hidden;
   const model::TensorToWrite tensors[] = {
       {"d2t", {Vd}, d2t},
       {"embed", {Vd, H}, w.embed},
@@ -285,6 +294,7 @@ Status SaveDrafter(const DrafterWeights& w, const std::string& dir) {
       {"markov.u", {Vd, R}, w.markov_u},
       {"markov.v", {Vd, R}, w.markov_v},
       {"confidence.weight", {G, kDraftFeatures}, w.conf_weight},
+      {"confidence.hidden", {G, H}, conf_hidden},
       {"confidence.bias", {G}, w.conf_bias},
       {"confidence.temperature", {G}, w.conf_temperature},
   };
@@ -336,6 +346,8 @@ Result<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir) {
   LADLE_RETURN_IF_ERROR(read("markov.u", {Vd, R}, &w.markov_u));
   LADLE_RETURN_IF_ERROR(read("markov.v", {Vd, R}, &w.markov_v));
   LADLE_RETURN_IF_ERROR(read("confidence.weight", {G, kDraftFeatures}, &w.conf_weight));
+  // Optional: a drafter saved before the confidence head read the backbone state has none (zeros).
+  if (tensors.count("confidence.hidden")) LADLE_RETURN_IF_ERROR(read("confidence.hidden", {G, H}, &w.conf_hidden));
   LADLE_RETURN_IF_ERROR(read("confidence.bias", {G}, &w.conf_bias));
   LADLE_RETURN_IF_ERROR(read("confidence.temperature", {G}, &w.conf_temperature));
   auto d = MakeDrafter(w);

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "ladle/core/thread_pool.h"
+#include "confidence_fit.h"
 #include "model/kernels.h"
 #include "model/ref_model.h"
 
@@ -36,7 +37,11 @@ struct Position {
 
 Status CheckOptions(const FitOptions& o, const ModelConfig& mc) {
   if (o.draft_tokens < 1 || o.draft_tokens > 64) return InvalidArgument("dspark fit: draft_tokens must be in [1, 64]");
-  if (o.draft_vocab < 1) return InvalidArgument("dspark fit: draft_vocab must be positive");
+  if (o.draft_vocab < 0) return InvalidArgument("dspark fit: draft_vocab must be positive (or 0: automatic)");
+  if (o.draft_vocab == 0 && (!(o.draft_vocab_coverage > 0.0 && o.draft_vocab_coverage <= 1.0) || o.draft_vocab_max < 1)) {
+    return InvalidArgument("dspark fit: the automatic draft vocabulary needs a coverage in (0, 1] and a positive maximum");
+  }
+  if (o.eval_positions < 0) return InvalidArgument("dspark fit: eval_positions must be non-negative");
   if (o.rank < 1 || o.rank > 4096) return InvalidArgument("dspark fit: rank must be in [1, 4096]");
   if (o.gen_tokens < o.draft_tokens + 2) return InvalidArgument("dspark fit: gen_tokens must exceed draft_tokens + 1");
   if (!(o.heldout_fraction > 0.0 && o.heldout_fraction < 1.0)) {
@@ -181,23 +186,25 @@ Status CholeskySolve(std::vector<double>& a, int n, std::vector<double>& b, int 
 }
 
 // Drafts every input, in parallel chunks; the drafter is batch-invariant, so chunking does
-// not change a bit.
+// not change a bit. `features`/`hidden`: as DraftWithFeatures, when given.
 void DraftAll(const Drafter& d, const std::vector<DraftInput>& in, std::vector<DraftOutput>* out,
-              std::vector<float>* features) {
+              std::vector<float>* features, std::vector<float>* hidden = nullptr) {
   constexpr size_t kChunk = 128;
   const size_t chunks = (in.size() + kChunk - 1) / kChunk;
   std::vector<std::vector<DraftOutput>> outs(chunks);
-  std::vector<std::vector<float>> feats(chunks);
+  std::vector<std::vector<float>> feats(chunks), hids(chunks);
   SharedPool().ParallelFor(chunks, [&](size_t c) {
     const size_t lo = c * kChunk, n = std::min(kChunk, in.size() - lo);
     (void)DraftWithFeatures(d, std::span<const DraftInput>(in.data() + lo, n), &outs[c],
-                            features ? &feats[c] : nullptr);
+                            features ? &feats[c] : nullptr, hidden ? &hids[c] : nullptr);
   });
   out->clear();
   if (features) features->clear();
+  if (hidden) hidden->clear();
   for (size_t c = 0; c < chunks; ++c) {
     out->insert(out->end(), outs[c].begin(), outs[c].end());
     if (features) features->insert(features->end(), feats[c].begin(), feats[c].end());
+    if (hidden) hidden->insert(hidden->end(), hids[c].begin(), hids[c].end());
   }
 }
 
@@ -254,100 +261,6 @@ FitVariantStats Evaluate(const DrafterWeights& w, const std::vector<Sequence>& s
 
 double Sigmoid(double a) { return 1.0 / (1.0 + std::exp(-a)); }
 double ClampP(double p) { return std::clamp(p, 1e-6, 1.0 - 1e-6); }
-
-// Logistic regression w·f + b by damped Newton steps on standardised features (top
-// probability and entropy differ in scale by orders of magnitude, and on a flat target every
-// feature is nearly constant: raw Newton then steps along a near-null direction without bound).
-// A small L2 penalty on the weights (not the bias), and half a pseudo-positive and half a
-// pseudo-negative at the mean features, keep the fit finite when a position saw no accepted
-// (or no rejected) draft, which a flat target's later positions routinely do. Deterministic;
-// the 4×4 system is tiny.
-void Logistic(const std::vector<std::array<float, kDraftFeatures>>& f, const std::vector<int>& y, float* w, float* b) {
-  constexpr int D = kDraftFeatures + 1;
-  for (int j = 0; j < kDraftFeatures; ++j) w[j] = 0;
-  *b = 0;
-  if (y.empty()) return;
-  const double n = static_cast<double>(y.size());
-  double mu[kDraftFeatures] = {0}, sd[kDraftFeatures] = {0};
-  for (const auto& fi : f) {
-    for (int j = 0; j < kDraftFeatures; ++j) mu[j] += fi[static_cast<size_t>(j)] / n;
-  }
-  for (const auto& fi : f) {
-    for (int j = 0; j < kDraftFeatures; ++j)
-      sd[j] += (fi[static_cast<size_t>(j)] - mu[j]) * (fi[static_cast<size_t>(j)] - mu[j]) / n;
-  }
-  for (double& v : sd) v = std::sqrt(v);
-  // A feature that does not vary carries nothing: it stays at weight 0.
-  auto x_of = [&](const std::array<float, kDraftFeatures>& fi, double* x) {
-    for (int j = 0; j < kDraftFeatures; ++j) x[j] = sd[j] > 1e-6 ? (fi[static_cast<size_t>(j)] - mu[j]) / sd[j] : 0.0;
-    x[D - 1] = 1.0;
-  };
-  double pos = 0;
-  for (int v : y) pos += v;
-  double theta[D] = {0, 0, 0, std::log((pos + 0.5) / (n - pos + 0.5))};  // the smoothed base rate
-  const double mean[D] = {0, 0, 0, 1.0};                                 // the mean features, standardised
-  const double l2 = 1e-3 * n;
-  std::vector<double> xs(y.size() * D);
-  for (size_t i = 0; i < y.size(); ++i) x_of(f[i], xs.data() + i * D);
-  for (int it = 0; it < 100; ++it) {
-    double g[D] = {0}, h[D][D] = {{0}};
-    auto add = [&](const double* x, double label, double weight) {
-      double a = 0;
-      for (int j = 0; j < D; ++j) a += theta[j] * x[j];
-      const double p = Sigmoid(a), s = p * (1 - p);
-      for (int j = 0; j < D; ++j) {
-        g[j] += weight * (p - label) * x[j];
-        for (int k = 0; k < D; ++k) h[j][k] += weight * s * x[j] * x[k];
-      }
-    };
-    add(mean, 1.0, 0.5);
-    add(mean, 0.0, 0.5);
-    for (size_t i = 0; i < y.size(); ++i) add(xs.data() + i * D, y[i], 1.0);
-    for (int j = 0; j < D; ++j) {
-      if (j < D - 1) g[j] += l2 * theta[j];
-      h[j][j] += (j < D - 1 ? l2 : 0.0) + 1e-9 * n;
-    }
-    // Solve h·δ = g by Gaussian elimination with partial pivoting.
-    double m[D][D + 1];
-    for (int j = 0; j < D; ++j) {
-      for (int k = 0; k < D; ++k) m[j][k] = h[j][k];
-      m[j][D] = g[j];
-    }
-    bool singular = false;
-    for (int c = 0; c < D && !singular; ++c) {
-      int piv = c;
-      for (int r = c + 1; r < D; ++r) {
-        if (std::abs(m[r][c]) > std::abs(m[piv][c])) piv = r;
-      }
-      std::swap(m[c], m[piv]);
-      if (std::abs(m[c][c]) < 1e-300) singular = true;
-      for (int r = c + 1; r < D && !singular; ++r) {
-        const double q = m[r][c] / m[c][c];
-        for (int k = c; k <= D; ++k) m[r][k] -= q * m[c][k];
-      }
-    }
-    if (singular) break;
-    double delta[D], step = 0;
-    for (int r = D - 1; r >= 0; --r) {
-      double s = m[r][D];
-      for (int k = r + 1; k < D; ++k) s -= m[r][k] * delta[k];
-      delta[r] = s / m[r][r];
-      step = std::max(step, std::abs(delta[r]));
-    }
-    // Damped: at most 2 logits per step, so a flat stretch of the loss cannot throw θ away.
-    const double scale = step > 2.0 ? 2.0 / step : 1.0;
-    for (int j = 0; j < D; ++j) theta[j] -= scale * delta[j];
-    if (step < 1e-9) break;
-  }
-  // Back to raw features: θ·x = Σ θ_j (f_j − μ_j)/σ_j + θ_b.
-  double bias = theta[D - 1];
-  for (int j = 0; j < kDraftFeatures; ++j) {
-    if (sd[j] <= 1e-6) continue;
-    w[j] = static_cast<float>(theta[j] / sd[j]);
-    bias -= theta[j] * mu[j] / sd[j];
-  }
-  *b = static_cast<float>(bias);
-}
 
 // The rows of the target's embedding and LM head for the draft vocabulary.
 Status CopyTargetRows(const Model& target, DrafterWeights* w) {
@@ -536,52 +449,58 @@ Status FitMarkov(const std::vector<Sequence>& seqs, const std::vector<Position>&
   return Status::Ok();
 }
 
-// Logistic regression per k on the held-out calibration half, then T_1..T_γ in order: T_k
-// minimises the NLL of π_k = π_{k−1}·c_k against "the first k drafts were all right", with
-// the earlier temperatures fixed, so the cumulative products the verify policy multiplies
-// are what is calibrated, not just each conditional on its own.
+// The confidence head per k on the held-out calibration half (FitConfidenceHead), then
+// T_1..T_γ in order: T_k minimises the NLL of π_k = π_{k−1}·c_k against "the first k drafts
+// were all right", with the earlier temperatures fixed, so the cumulative products the verify
+// policy multiplies are what is calibrated, not just each conditional on its own.
 Status FitConfidence(const std::vector<Sequence>& seqs, const std::vector<Position>& pos, const FitProgress& progress,
-                     DrafterWeights* w) {
-  const int G = w->config.draft_tokens;
+                     DrafterWeights* w, std::vector<ConfidenceChoice>* choices) {
+  const int G = w->config.draft_tokens, H = w->config.hidden;
   w->conf_weight.assign(static_cast<size_t>(G) * kDraftFeatures, 0.0f);
+  w->conf_hidden.assign(static_cast<size_t>(G) * H, 0.0f);
   w->conf_bias.assign(static_cast<size_t>(G), 0.0f);
   w->conf_temperature.assign(static_cast<size_t>(G), 1.0f);
+  choices->assign(static_cast<size_t>(G), ConfidenceChoice{});
   LADLE_ASSIGN_OR_RETURN(auto d, MakeDrafter(*w));
   std::vector<DraftOutput> out;
-  std::vector<float> feats;
-  DraftAll(*d, Inputs(seqs, pos, w->config.hidden), &out, &feats);
+  std::vector<float> feats, hidden;
+  DraftAll(*d, Inputs(seqs, pos, H), &out, &feats, &hidden);
   std::vector<int> acc = Accepted(seqs, pos, out);
-  if (progress) progress("confidence", 0.5);
-  auto feat = [&](size_t i, int k) {
-    std::array<float, kDraftFeatures> f;
-    for (int j = 0; j < kDraftFeatures; ++j) f[static_cast<size_t>(j)] = feats[(i * G + k) * kDraftFeatures + j];
-    return f;
-  };
+  if (progress) progress("confidence", 0.3);
+  auto feat = [&](size_t i, int k) { return feats.data() + (i * G + k) * kDraftFeatures; };
+  auto hid = [&](size_t i, int k) { return hidden.data() + (i * G + k) * static_cast<size_t>(H); };
   for (int k = 0; k < G; ++k) {
-    std::vector<std::array<float, kDraftFeatures>> f;
-    std::vector<int> y;
+    ConfRows rows;
     for (size_t i = 0; i < pos.size(); ++i) {
       if (acc[i] < k) continue;  // an earlier draft was wrong: this one is never verified
-      f.push_back(feat(i, k));
-      y.push_back(acc[i] > k ? 1 : 0);
+      rows.f.push_back(feat(i, k));
+      rows.g.push_back(hid(i, k));
+      rows.y.push_back(acc[i] > k ? 1 : 0);
+      rows.seq.push_back(pos[i].seq);
     }
     float* wk = w->conf_weight.data() + static_cast<size_t>(k) * kDraftFeatures;
-    if (y.empty() && k > 0) {
+    float* qk = w->conf_hidden.data() + static_cast<size_t>(k) * H;
+    if (rows.y.empty() && k > 0) {
       // No held-out position got this far: the previous position's head is the best guess.
       std::copy(wk - kDraftFeatures, wk, wk);
+      std::copy(qk - H, qk, qk);
       w->conf_bias[static_cast<size_t>(k)] = w->conf_bias[static_cast<size_t>(k - 1)];
+      (*choices)[static_cast<size_t>(k)] = (*choices)[static_cast<size_t>(k - 1)];
     } else {
-      Logistic(f, y, wk, &w->conf_bias[static_cast<size_t>(k)]);
+      FitConfidenceHead(rows, H, wk, qk, &w->conf_bias[static_cast<size_t>(k)], &(*choices)[static_cast<size_t>(k)]);
     }
+    if (progress) progress("confidence", 0.3 + 0.5 * (k + 1) / G);
   }
   std::vector<double> pi(pos.size(), 1.0), logit(pos.size());
   for (int k = 0; k < G; ++k) {
     for (size_t i = 0; i < pos.size(); ++i) {
-      auto f = feat(i, k);
+      // As the drafter computes it: features, then the backbone state, in index order.
+      const float* f = feat(i, k);
+      const float* g = hid(i, k);
       double a = w->conf_bias[static_cast<size_t>(k)];
       for (int j = 0; j < kDraftFeatures; ++j)
-        a += static_cast<double>(w->conf_weight[static_cast<size_t>(k) * kDraftFeatures + j]) *
-             f[static_cast<size_t>(j)];
+        a += static_cast<double>(w->conf_weight[static_cast<size_t>(k) * kDraftFeatures + j]) * f[j];
+      for (int j = 0; j < H; ++j) a += static_cast<double>(w->conf_hidden[static_cast<size_t>(k) * H + j]) * g[j];
       logit[i] = a;
     }
     auto nll = [&](double log_t) {
@@ -613,7 +532,7 @@ Status FitConfidence(const std::vector<Sequence>& seqs, const std::vector<Positi
     const double t = nll(0.0) - nll(best) < 1.0 ? 1.0 : std::exp(best);
     w->conf_temperature[static_cast<size_t>(k)] = static_cast<float>(t);
     for (size_t i = 0; i < pos.size(); ++i) pi[i] = ClampP(pi[i] * ClampP(Sigmoid(logit[i] / t)));
-    if (progress) progress("confidence", 0.5 + 0.5 * (k + 1) / G);
+    if (progress) progress("confidence", 0.8 + 0.2 * (k + 1) / G);
   }
   return Status::Ok();
 }
@@ -655,7 +574,20 @@ Result<FitReport> FitDrafter(Model& target, const FitOptions& o, const FitProgre
     if (count[static_cast<size_t>(v)] > 0) ids.push_back(static_cast<TokenId>(v));
   }
   std::stable_sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) { return count[a] > count[b]; });
-  if (static_cast<int>(ids.size()) > o.draft_vocab) ids.resize(static_cast<size_t>(o.draft_vocab));
+  size_t keep = ids.size();
+  if (o.draft_vocab > 0) {
+    keep = std::min(keep, static_cast<size_t>(o.draft_vocab));
+  } else {
+    // Automatic: the fewest ids that reach the coverage, within the maximum.
+    int64_t sum = 0;
+    size_t k = 0;
+    while (k < ids.size() && static_cast<double>(sum) < o.draft_vocab_coverage * static_cast<double>(total_tokens)) {
+      sum += count[ids[k]];
+      ++k;
+    }
+    keep = std::min(k, static_cast<size_t>(o.draft_vocab_max));
+  }
+  ids.resize(keep);
   int64_t covered = 0;
   for (TokenId t : ids) covered += count[t];
   rep.vocab_coverage = total_tokens > 0 ? static_cast<double>(covered) / total_tokens : 0.0;
@@ -687,19 +619,29 @@ Result<FitReport> FitDrafter(Model& target, const FitOptions& o, const FitProgre
 
   LADLE_RETURN_IF_ERROR(FitBackbone(seqs, train_pos, t2d, o, progress, &w));
   LADLE_RETURN_IF_ERROR(FitMarkov(seqs, train_pos, t2d, o, progress, &w));
-  LADLE_RETURN_IF_ERROR(FitConfidence(seqs, calib_pos, progress, &w));
+  LADLE_RETURN_IF_ERROR(FitConfidence(seqs, calib_pos, progress, &w, &rep.confidence));
   rep.seconds_fit = Since(t1);
 
-  // Acceptance on every held-out position (none of them fitted the backbone or Markov head).
+  // Acceptance on held-out positions (none of them fitted the backbone or Markov head): all of
+  // them, or an even stride of eval_positions, the same for the three variants.
+  std::vector<Position> eval_sample = held_pos;
+  if (o.eval_positions > 0 && held_pos.size() > static_cast<size_t>(o.eval_positions)) {
+    eval_sample.clear();
+    for (int i = 0; i < o.eval_positions; ++i)
+      eval_sample.push_back(held_pos[static_cast<size_t>(i) * held_pos.size() / static_cast<size_t>(o.eval_positions)]);
+  }
+  rep.evaluated_positions = static_cast<int64_t>(eval_sample.size());
   Status st = Status::Ok();
-  rep.both = Evaluate(w, seqs, held_pos, &st);
+  rep.both = Evaluate(w, seqs, eval_sample, &st);
   DrafterWeights variant = w;
   std::fill(variant.markov_u.begin(), variant.markov_u.end(), 0.0f);
-  rep.backbone_only = Evaluate(variant, seqs, held_pos, &st);
+  rep.backbone_only = Evaluate(variant, seqs, eval_sample, &st);
+  if (progress) progress("evaluate", 0.25);
   variant = w;
   std::fill(variant.backbone_weight.begin(), variant.backbone_weight.end(), 0.0f);
   std::fill(variant.backbone_bias.begin(), variant.backbone_bias.end(), 0.0f);
-  rep.markov_only = Evaluate(variant, seqs, held_pos, &st);
+  rep.markov_only = Evaluate(variant, seqs, eval_sample, &st);
+  if (progress) progress("evaluate", 0.5);
   LADLE_RETURN_IF_ERROR(st);
   if (progress) progress("evaluate", 0.75);
   // Calibration on the half the confidence head never saw.

@@ -10,9 +10,10 @@
 //                                                Markov bias of the previous token (prev_1 = last,
 //                                                prev_k = draft k−1: the light serial correction)
 //   d_k    = argmax z_k                           mapped back to target ids through d2t
-//   c_k    = σ((w_k·f_k + a_k) / T_k)             the confidence head on the draft's own features
-//                                                f_k (top probability, margin, entropy), T_k
-//                                                calibrated by sequential temperature scaling
+//   c_k    = σ((w_k·f_k + q_k·g_k + a_k) / T_k)   the confidence head on the draft's own features
+//                                                f_k (top probability, margin, entropy) and the
+//                                                backbone's hidden state g_k, T_k calibrated by
+//                                                sequential temperature scaling
 //
 // The draft vocabulary is a subset of the target's (the fitting set's most frequent tokens),
 // as EAGLE-3 and DFlash drafters use: the drafter's head is |Vd| × H, not the target's 129K × H.

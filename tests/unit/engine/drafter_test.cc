@@ -138,8 +138,10 @@ TEST_F(DsparkFit, CalibratedOnUnseenSequences) {
   const FitReport& r = *report_;
   ASSERT_EQ(r.predicted_pi.size(), static_cast<size_t>(r.weights.config.draft_tokens));
   for (size_t k = 0; k < r.predicted_pi.size(); ++k) {
-    std::printf("k=%zu predicted %.3f observed %.3f T %.3f\n", k + 1, r.predicted_pi[k], r.observed_pi[k],
-                r.weights.conf_temperature[k]);
+    const ConfidenceChoice& ch = r.confidence[k];
+    std::printf("k=%zu predicted %.3f observed %.3f T %.3f state ridge %g validation NLL %.4f -> %.4f\n", k + 1,
+                r.predicted_pi[k], r.observed_pi[k], r.weights.conf_temperature[k], ch.lambda, ch.loss_features,
+                ch.loss_chosen);
     EXPECT_NEAR(r.predicted_pi[k], r.observed_pi[k], 0.05) << "k " << k + 1;
     EXPECT_GT(r.weights.conf_temperature[k], 0.0f);
   }
@@ -356,6 +358,43 @@ TEST(DrafterLoad, RoundTripsTinyDrafter) {
   for (const auto& o : a) {
     for (TokenId t : o.tokens) EXPECT_NE(std::find(w.d2t.begin(), w.d2t.end(), t), w.d2t.end());
   }
+}
+
+// The confidence head's backbone-state term (confidence.hidden) round-trips and changes the
+// confidences; a file written before it existed (no such tensor) loads with the term at zero.
+TEST(DrafterLoad, TheStateTermRoundTripsAndIsOptional) {
+  ScratchDir dir("drafter-state");
+  DrafterWeights w = TinyWeights();
+  std::vector<float> h1 = {0.1f, -2.0f, 0.3f, 1.0f}, h2 = {1, 1, 1, 1};
+  std::vector<DraftInput> in = {{h1, 44}, {h2, 0}, {h1, 49}};
+  std::vector<DraftOutput> without, with, loaded;
+  auto plain = MakeDrafter(w);
+  ASSERT_TRUE(plain.ok());
+  (*plain)->Draft(in, &without);
+  w.conf_hidden.resize(static_cast<size_t>(w.config.draft_tokens) * w.config.hidden);
+  for (size_t i = 0; i < w.conf_hidden.size(); ++i) w.conf_hidden[i] = 0.25f * static_cast<float>(i % 5) - 0.5f;
+  auto made = MakeDrafter(w);
+  ASSERT_TRUE(made.ok());
+  (*made)->Draft(in, &with);
+  ASSERT_TRUE(SaveDrafter(w, dir.path).ok());
+  auto d = Drafter::Load(dir.path);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  (*d)->Draft(in, &loaded);
+  ExpectSame(with, loaded);
+  bool differs = false;
+  for (size_t i = 0; i < with.size(); ++i) {
+    EXPECT_EQ(with[i].tokens, without[i].tokens);  // the term scores drafts, it does not pick them
+    differs = differs || with[i].confidences != without[i].confidences;
+  }
+  EXPECT_TRUE(differs);
+  // An older file: every tensor but confidence.hidden.
+  WriteWith(TinyWeights(), dir.path, "", {});
+  auto old = Drafter::Load(dir.path);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  (*old)->Draft(in, &loaded);
+  ExpectSame(without, loaded);
+  w.conf_hidden.pop_back();
+  EXPECT_FALSE(MakeDrafter(w).ok());
 }
 
 TEST(DrafterLoad, WrongShapeIsAnErrorNamingTheTensor) {
