@@ -70,6 +70,11 @@ struct DevSeq {
   // window a spec decode captures. Spec decodes' positions are the device's, so the device
   // plans their copies; -1 until the first spec decode after a prefill.
   int64_t swa_next = -1;
+  // Whether to draft (engine_spec.cc, DraftAfterSample): the last first-draft confidence
+  // (-1: none yet), steps not drafted since, and the refresh interval.
+  double pi1 = -1;
+  uint32_t skipped = 0;
+  uint32_t refresh_every = 16;
 };
 
 // A store read for a waiting sequence (EngineConfig::kv_store_read). Filled on the store's
@@ -348,9 +353,7 @@ class EngineImpl : public Engine {
   std::unique_ptr<SpecPolicy> spec_;
   std::shared_ptr<const Drafter> drafter_;
   int gamma_ = 0;
-  double spec_max_pi_ = 1.0;  // device thread: the latest largest first-draft confidence
-  uint64_t spec_skipped_ = 0;        // device thread: steps not drafted since the last refresh
-  uint64_t spec_refresh_every_ = 16;  // device thread: DraftAfterSample's refresh interval
+  double spec_draft_cost_ = -1;  // device thread: drafter seconds per drafted position (-1: unmeasured)
   std::atomic<uint64_t> stat_spec_drafts_{0}, stat_spec_accepted_{0}, stat_spec_verify_{0};
   std::vector<std::atomic<uint64_t>> stat_spec_lengths_ = std::vector<std::atomic<uint64_t>>(17);
   std::shared_ptr<SwaPool> swa_pool_;

@@ -143,59 +143,89 @@ void EngineImpl::SampleSpec(Batch* b, Entry& e, size_t* row) {
   ++stat_spec_lengths_[static_cast<size_t>(std::min<int>(L, static_cast<int>(stat_spec_lengths_.size()) - 1))];
 }
 
+// Which requests to draft for, and how far: each by its own last first-draft confidence π_1
+// (π_1 bounds every product of its drafts). A request whose π_1 could not win a candidate at
+// this load, with the drafter's measured cost folded into the step rate (SpecPolicy::
+// SetDraftCost), is not drafted: its drafts would buy nothing and cost the drafter's time, which
+// on a CPU can match a target step. Without a π_1 of its own yet, a request drafts the first
+// position only (π_1 is all the bound reads); so does a *refresh* of a request not drafted for
+// a while, after 16 skipped steps, then 32, 64, … up to 1024 while refreshes keep finding
+// nothing useful (back to 16 once a draft pays). fixed:N drafts N whatever π is.
 void EngineImpl::DraftAfterSample(Batch* b) {
-  std::vector<DraftInput> in;
-  std::vector<Entry*> es;
   const size_t H = static_cast<size_t>(model_->config().hidden);
-  // The largest first-draft confidence of the drafts just verified (π_1 ≥ every π of its
-  // request): the bound below uses it, so drafting stops where such confidences cannot pay.
-  double max_pi = -1;
-  for (Entry& e : b->entries)
-    if (e.sample && !e.dev->conf.empty()) max_pi = std::max(max_pi, static_cast<double>(e.dev->conf[0]));
+  struct Want {
+    Entry* e;
+    int positions;
+  };
+  std::vector<Entry*> es;
   for (Entry& e : b->entries) {
     if (!e.sample || (e.spec && e.results.empty())) continue;
     DevSeq& d = *e.dev;
+    if (!d.conf.empty()) d.pi1 = d.conf[0];  // the confidence of the drafts just verified
     d.drafts.clear();
     d.conf.clear();
     if (d.emitted >= d.params.max_tokens) continue;  // no further step: nothing to draft for
     const size_t r = e.spec ? e.results.size() - 1 : 0;  // the row that produced last_token
     if (e.hidden.size() < (r + 1) * H) continue;
-    in.push_back({std::span<const float>(e.hidden.data() + r * H, H), d.last_token});
     es.push_back(&e);
   }
-  if (in.empty()) return;
-  // Where no draft could raise the throughput at this load (the SPS curve too steep for the
-  // confidences seen) the drafter is not run: its cost would buy nothing, and the next step
-  // verifies none. With no confidences seen last step (nothing was drafted), the last known
-  // maximum stands, and a refresh step drafts the first position only (π_1 is all the bound
-  // reads) to renew it. Refreshes back off from every 16th skipped step to every 1024th while
-  // they keep finding nothing useful, so a costly drafter (a large draft vocabulary) on a
-  // target it cannot predict costs off's speed within a fraction of a percent.
-  const int64_t requests = static_cast<int64_t>(in.size());
-  int positions = 0;
-  if (max_pi >= 0) {
-    spec_max_pi_ = max_pi;
-    positions = std::min(gamma_, spec_->UsefulDrafts(requests, spec_max_pi_));
-    if (positions > 0) spec_refresh_every_ = 16;  // useful again: refresh soon after the next lull
-  } else {
-    positions = std::min(gamma_, spec_->UsefulDrafts(requests, spec_max_pi_));
-    if (positions == 0 && ++spec_skipped_ >= spec_refresh_every_) {
-      spec_skipped_ = 0;
-      spec_refresh_every_ = std::min<uint64_t>(spec_refresh_every_ * 2, 1024);
-      positions = std::min(1, spec_->UsefulDrafts(requests, 1.0));
+  if (es.empty()) return;
+  const int64_t requests = static_cast<int64_t>(es.size());
+  const bool reads_pi = spec_->UsefulDrafts(requests, 0.0) == 0;
+  const int learn = std::min(1, spec_->UsefulDrafts(requests, 1.0));
+  std::vector<Want> wants;
+  for (Entry* e : es) {
+    DevSeq& d = *e->dev;
+    int positions = 0;
+    if (!reads_pi) {
+      positions = std::min(gamma_, spec_->UsefulDrafts(requests, 1.0));
+    } else if (d.pi1 < 0) {
+      positions = learn;
+    } else {
+      positions = std::min(gamma_, spec_->UsefulDrafts(requests, d.pi1));
+      if (positions > 0) {
+        d.refresh_every = 16;  // useful again: refresh soon after the next lull
+        d.skipped = 0;
+      } else if (++d.skipped >= d.refresh_every) {
+        d.skipped = 0;
+        d.refresh_every = std::min<uint32_t>(d.refresh_every * 2, 1024);
+        positions = learn;
+      }
     }
+    if (positions > 0) wants.push_back({e, positions});
   }
-  if (positions == 0) return;
-  std::vector<DraftOutput> out;
-  drafter_->DraftPrefix(in, positions, &out);
-  LADLE_CHECK(out.size() == in.size());
-  for (size_t i = 0; i < es.size(); ++i) {
-    DevSeq& d = *es[i]->dev;
-    const size_t g = std::min<size_t>({out[i].tokens.size(), out[i].confidences.size(), static_cast<size_t>(gamma_)});
-    d.drafts.assign(out[i].tokens.begin(), out[i].tokens.begin() + static_cast<std::ptrdiff_t>(g));
-    d.conf.assign(out[i].confidences.begin(), out[i].confidences.begin() + static_cast<std::ptrdiff_t>(g));
-    es[i]->conf = d.conf;
+  if (wants.empty()) return;
+  // One drafter pass per distinct depth (a prefix pass is bit for bit the full pass's prefix),
+  // each timed: seconds per drafted position, smoothed, is the cost the policy weighs.
+  std::stable_sort(wants.begin(), wants.end(), [](const Want& x, const Want& y) { return x.positions < y.positions; });
+  for (size_t lo = 0; lo < wants.size();) {
+    size_t hi = lo;
+    while (hi < wants.size() && wants[hi].positions == wants[lo].positions) ++hi;
+    std::vector<DraftInput> in;
+    for (size_t i = lo; i < hi; ++i) {
+      Entry& e = *wants[i].e;
+      const size_t r = e.spec ? e.results.size() - 1 : 0;
+      in.push_back({std::span<const float>(e.hidden.data() + r * H, H), e.dev->last_token});
+    }
+    std::vector<DraftOutput> out;
+    const auto t0 = std::chrono::steady_clock::now();
+    drafter_->DraftPrefix(in, wants[lo].positions, &out);
+    const double per_position = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                                static_cast<double>(in.size() * static_cast<size_t>(wants[lo].positions));
+    spec_draft_cost_ = spec_draft_cost_ < 0 ? per_position : 0.8 * spec_draft_cost_ + 0.2 * per_position;
+    LADLE_CHECK(out.size() == in.size());
+    for (size_t i = lo; i < hi; ++i) {
+      Entry& e = *wants[i].e;
+      DevSeq& d = *e.dev;
+      const DraftOutput& o = out[i - lo];
+      const size_t g = std::min<size_t>({o.tokens.size(), o.confidences.size(), static_cast<size_t>(gamma_)});
+      d.drafts.assign(o.tokens.begin(), o.tokens.begin() + static_cast<std::ptrdiff_t>(g));
+      d.conf.assign(o.confidences.begin(), o.confidences.begin() + static_cast<std::ptrdiff_t>(g));
+      e.conf = d.conf;
+    }
+    lo = hi;
   }
+  spec_->SetDraftCost(spec_draft_cost_);
 }
 
 void EngineImpl::PostProcessSpec(Seq* s, Entry& e) {

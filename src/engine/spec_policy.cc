@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -258,7 +259,14 @@ std::vector<double> AcceptanceProducts(std::span<const float> confidences) {
   return out;
 }
 
-VerifyPlan PlanVerify(std::span<const std::vector<float>> confidences, const SpsTable& sps, int64_t max_tokens) {
+double StepRate(const SpsTable& sps, int64_t b, int64_t n, double draft_cost) {
+  const double rate = sps.At(b);
+  if (!(draft_cost > 0.0) || b <= n) return rate;
+  return 1.0 / (1.0 / rate + static_cast<double>(b - n) * draft_cost);
+}
+
+VerifyPlan PlanVerify(std::span<const std::vector<float>> confidences, const SpsTable& sps, int64_t max_tokens,
+                      double draft_cost) {
   VerifyPlan plan;
   const int64_t n = static_cast<int64_t>(confidences.size());
   plan.lengths.assign(confidences.size(), 0);
@@ -267,13 +275,13 @@ VerifyPlan PlanVerify(std::span<const std::vector<float>> confidences, const Sps
   // drops no request.
   plan.tokens = n;
   plan.expected = static_cast<double>(n);
-  plan.theta = plan.expected * sps.At(plan.tokens);
+  plan.theta = plan.expected * StepRate(sps, plan.tokens, n, draft_cost);
   std::vector<Candidate> cands = Candidates(confidences);
   std::sort(cands.begin(), cands.end(), Before);
   for (const Candidate& c : cands) {
     if (max_tokens > 0 && plan.tokens + 1 > max_tokens) break;
     const double tau = plan.expected + c.pi;
-    const double theta = tau * sps.At(plan.tokens + 1);
+    const double theta = tau * StepRate(sps, plan.tokens + 1, n, draft_cost);
     // The paper's early break. A later candidate alone could not pass either (its π is no larger
     // and it would be priced at the same SPS(B + 1)); what the break gives up is a later group
     // that pays off together past a drop in SPS. That is Algorithm 1 as published, kept exactly.
@@ -331,29 +339,36 @@ class DsparkSpecPolicy final : public SpecPolicy {
   std::string name() const override { return "dspark"; }
   int draft_tokens() const override { return draft_tokens_; }
   int64_t Capacity(std::span<const std::vector<float>> confidences) const override {
-    return PlanVerify(confidences, sps_, max_tokens_).tokens;
+    return PlanVerify(confidences, sps_, max_tokens_, draft_cost_.load(std::memory_order_relaxed)).tokens;
   }
   std::vector<int> Lengths(std::span<const std::vector<float>> confidences, int64_t capacity) const override {
     return TopKLengths(confidences, capacity);
   }
   int UsefulDrafts(int64_t requests, double max_pi) const override {
-    return DsparkCandidateBound(sps_, requests, max_tokens_, draft_tokens_, max_pi);
+    return DsparkCandidateBound(sps_, requests, max_tokens_, draft_tokens_, max_pi,
+                                draft_cost_.load(std::memory_order_relaxed));
+  }
+  // Set on the device thread, read by the scheduler's Capacity too.
+  void SetDraftCost(double seconds_per_position) override {
+    draft_cost_.store(std::max(0.0, seconds_per_position), std::memory_order_relaxed);
   }
 
  private:
   int draft_tokens_;
   SpsTable sps_;
   int64_t max_tokens_;
+  std::atomic<double> draft_cost_{0.0};
 };
 
 }  // namespace
 
-int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit, double max_pi) {
+int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit, double max_pi,
+                         double draft_cost) {
   if (requests <= 0) return 0;
   int m = 0;
   for (int64_t b = requests; m < limit; ++b, ++m) {
     if (max_tokens > 0 && b + 1 > max_tokens) break;
-    const double ratio = sps.At(b) / sps.At(b + 1);
+    const double ratio = StepRate(sps, b, requests, draft_cost) / StepRate(sps, b + 1, requests, draft_cost);
     if (static_cast<double>(requests) * (ratio - 1.0) >= std::min(1.0, max_pi)) break;
   }
   return m;

@@ -56,13 +56,19 @@ std::vector<double> AcceptanceProducts(std::span<const float> confidences);
 //     the loop BREAKS at the first candidate that does not raise Θ = τ·SPS(B), even if a later
 //     one would;
 //   - B never exceeds `max_tokens` (0: no cap).
+// SPS(B) is the rate of the engine's whole step, drafting included: with `draft_cost` (seconds
+// the drafter spends per drafted position; each token past a request's own needed one) the
+// table's rate counts as 1/(1/SPS(B) + (B − N)·draft_cost). 0: a free drafter, the table as is.
 struct VerifyPlan {
   std::vector<int> lengths;  // L_i per request: drafts to verify
   int64_t tokens = 0;        // B
   double expected = 0;       // τ
   double theta = 0;          // τ·SPS(B)
 };
-VerifyPlan PlanVerify(std::span<const std::vector<float>> confidences, const SpsTable& sps, int64_t max_tokens = 0);
+VerifyPlan PlanVerify(std::span<const std::vector<float>> confidences, const SpsTable& sps, int64_t max_tokens = 0,
+                      double draft_cost = 0.0);
+// The step rate Algorithm 1 uses: SPS(B) with the drafting of B − N positions (above).
+double StepRate(const SpsTable& sps, int64_t b, int64_t n, double draft_cost);
 
 // The asynchronous form (§5.2): the step's total B is fixed beforehand (`capacity`, from older
 // confidences); per-request lengths are then the top (capacity − N) candidates by π of the
@@ -85,13 +91,17 @@ class SpecPolicy {
   // product exceeds `max_pi`: the engine skips the drafter when it is 0 (its cost would buy
   // nothing).
   virtual int UsefulDrafts(int64_t requests, double max_pi) const { return draft_tokens(); }
+  // The drafter's measured cost, seconds per drafted position (state in: the engine measures,
+  // the policy decides). Ignored by policies that do not weigh throughput.
+  virtual void SetDraftCost(double seconds_per_position) {}
 };
 
 // For Algorithm 1 over `sps` with `requests` requests whose acceptance products are at most
 // `max_pi` (≤ 1): an upper bound on the candidates it can take, at most `limit`. Candidate j
 // (B = N + j → B + 1) needs π > τ·(SPS(B)/SPS(B + 1) − 1) with τ ≥ N, so none past the first j
 // where N·(SPS(B)/SPS(B + 1) − 1) ≥ max_pi (or where B + 1 passes max_tokens) is ever taken.
-int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit, double max_pi = 1.0);
+int DsparkCandidateBound(const SpsTable& sps, int64_t requests, int64_t max_tokens, int limit, double max_pi = 1.0,
+                         double draft_cost = 0.0);
 
 // "fixed:N": every request verifies min(N, its drafts); confidences are ignored.
 std::unique_ptr<SpecPolicy> MakeFixedSpecPolicy(int n);

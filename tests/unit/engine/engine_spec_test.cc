@@ -11,6 +11,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -46,6 +47,13 @@ class FakeDrafter : public Drafter {
       std::lock_guard lk(mu_);
       call_positions_.push_back(positions);
     }
+    if (cost_per_position_us_ > 0) {
+      // The cost of a drafter as large as the target's head: compute time, not a wait on anything.
+      const auto until = std::chrono::steady_clock::now() +
+                         std::chrono::microseconds(cost_per_position_us_ * static_cast<int64_t>(in.size()) * positions);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
     out->assign(in.size(), {});
     std::vector<float> row(static_cast<size_t>(o_.vocab));
     for (size_t i = 0; i < in.size(); ++i) {
@@ -72,6 +80,7 @@ class FakeDrafter : public Drafter {
   }
   mutable std::array<std::atomic<int>, kGamma + 1> reject_counts_{};
   float fixed_conf_ = -1;  // > 0: every draft's confidence
+  int64_t cost_per_position_us_ = 0;  // busy time per drafted position
   // The positions asked of each DraftPrefix call, in order.
   std::vector<int> CallPositions() const {
     std::lock_guard lk(mu_);
@@ -366,12 +375,46 @@ TEST_F(EngineSpec, AnUnpredictableTargetBacksTheDrafterOff) {
     const auto got = testing::RunGreedy(*h.engine, prompts, 300);
     ASSERT_EQ(got[0].tokens, want[0].tokens);
     const std::vector<int> calls = drafter->CallPositions();
-    // One call at the start (π unknown: 1), then refreshes after 16, 32, 64 and 128 skipped
-    // steps within 300 tokens; every 16th step (the old rule) would have made 18.
+    // One call at the start (π unknown), then refreshes after 16, 32, 64 and 128 skipped steps
+    // within 300 tokens; every 16th step (the old rule) would have made 18 calls of 5.
     EXPECT_GE(calls.size(), 4u);
     EXPECT_LE(calls.size(), 7u);
-    for (size_t i = 1; i < calls.size(); ++i) EXPECT_EQ(calls[i], 1) << "refresh " << i << " drafts π_1 only";
+    for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(calls[i], 1) << "call " << i << " drafts π_1 only";
     EXPECT_EQ(h.engine->GetStats().spec_accepted_tokens, 0u);  // nothing was worth verifying
+  }
+}
+
+// The drafter's cost is part of the step: a confident drafter (every confidence 0.9) on a flat
+// curve, where a free drafter gets long spans verified, stops being run once it is measured at
+// 2 ms per drafted position against the curve's 1 ms steps; the output is off's either way.
+TEST_F(EngineSpec, ACostlyDrafterIsWeighedAgainstTheStep) {
+  const std::vector<std::vector<TokenId>> prompts = {Prompt(20, 5)};
+  auto off = Make(FixedConfig(false));
+  const auto want = testing::RunGreedy(*off.engine, prompts, 300);
+  for (int64_t cost_us : {0, 2000}) {
+    SCOPED_TRACE("drafter cost " + std::to_string(cost_us) + " us per position");
+    auto drafter = std::make_shared<FakeDrafter>(FakeOptions{}, /*corrupt=*/false);
+    drafter->fixed_conf_ = 0.9f;
+    drafter->cost_per_position_us_ = cost_us;
+    EngineConfig c = SpecConfig(false, "dspark", drafter);
+    SpsTable flat;
+    flat.tokens = {1, 2, 64};
+    flat.sps = {1000, 990, 900};
+    c.spec_sps = flat;
+    auto h = Make(c);
+    const auto got = testing::RunGreedy(*h.engine, prompts, 300);
+    ASSERT_EQ(got[0].tokens, want[0].tokens);
+    const Stats st = h.engine->GetStats();
+    const std::vector<int> calls = drafter->CallPositions();
+    if (cost_us == 0) {
+      EXPECT_GT(st.spec_accepted_tokens, 150u);  // free: long spans, most tokens from drafts
+    } else {
+      // The first draft (one position) measures the cost; after it only refreshes, at growing
+      // intervals, and nothing is verified.
+      EXPECT_LE(calls.size(), 7u);
+      for (int n : calls) EXPECT_EQ(n, 1);
+      EXPECT_EQ(st.spec_draft_tokens, 0u);
+    }
   }
 }
 

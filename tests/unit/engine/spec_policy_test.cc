@@ -610,3 +610,44 @@ TEST(SpecPolicyTest, CandidateBoundHoldsForEveryConfidence) {
 
 }  // namespace
 }  // namespace ladle::engine
+
+namespace ladle::engine {
+namespace {
+
+// The drafter's cost in the step rate: 0 leaves Algorithm 1 as it was; a cost prices every
+// extra token's draft, so B never grows with it, a prohibitive cost verifies nothing, and the
+// candidate bound still holds with it (the engine skips drafting on it).
+TEST(PlanVerifyTest, TheDrafterCostIsPartOfTheStepRate) {
+  std::mt19937_64 rng(4242);
+  for (int trial = 0; trial < 500; ++trial) {
+    const Conf conf = RandomConf(rng);
+    const SpsTable sps = RandomSps(rng);
+    const int64_t n = static_cast<int64_t>(conf.size());
+    const VerifyPlan free = PlanVerify(conf, sps, 0);
+    EXPECT_EQ(PlanVerify(conf, sps, 0, 0.0).lengths, free.lengths);
+    int64_t last = free.tokens;
+    for (double cost : {1e-6, 1e-4, 1e-3, 1e-2, 1.0}) {
+      const VerifyPlan p = PlanVerify(conf, sps, 0, cost);
+      EXPECT_LE(p.tokens, last) << "trial " << trial << " cost " << cost;
+      last = p.tokens;
+      EXPECT_NEAR(p.theta, p.expected * StepRate(sps, p.tokens, n, cost), 1e-9 * std::max(1.0, p.theta));
+      EXPECT_LE(p.tokens - n, DsparkCandidateBound(sps, n, 0, 1 << 20, 1.0, cost)) << "trial " << trial;
+    }
+    // A drafted position that costs a thousand of the slowest steps never pays.
+    EXPECT_EQ(PlanVerify(conf, sps, 0, 1000.0 / sps.At(4096)).tokens, n);
+  }
+  SpsTable t;
+  t.tokens = {1, 8};
+  t.sps = {1000, 800};
+  EXPECT_DOUBLE_EQ(StepRate(t, 3, 3, 0.5), t.At(3));  // no extra token, no draft priced
+  EXPECT_DOUBLE_EQ(StepRate(t, 5, 3, 0.001), 1.0 / (1.0 / t.At(5) + 2 * 0.001));
+  auto policy = MakeDsparkSpecPolicy(5, t, 0);
+  const int before = policy->UsefulDrafts(1, 0.9);
+  policy->SetDraftCost(0.01);  // 10 ms a position against 1 ms steps
+  EXPECT_GT(before, 0);
+  EXPECT_EQ(policy->UsefulDrafts(1, 0.9), 0);
+  EXPECT_EQ(policy->Capacity(std::vector<std::vector<float>>{{0.9f, 0.9f}}), 1);
+}
+
+}  // namespace
+}  // namespace ladle::engine
