@@ -14,35 +14,35 @@ double Dot(const double* a, const double* b, int d) {
   return s;
 }
 
-// Solves a·δ = g (a SPD, d × d, row-major; both overwritten) by Cholesky; false when a is not
-// positive definite.
-bool Solve(std::vector<double>& a, std::vector<double>& g, int d) {
-  for (int j = 0; j < d; ++j) {
-    double s = a[static_cast<size_t>(j) * d + j];
-    for (int k = 0; k < j; ++k) s -= a[static_cast<size_t>(j) * d + k] * a[static_cast<size_t>(j) * d + k];
-    if (!(s > 0.0)) return false;
-    const double l = std::sqrt(s);
-    a[static_cast<size_t>(j) * d + j] = l;
-    for (int i = j + 1; i < d; ++i) {
-      double t = a[static_cast<size_t>(i) * d + j];
-      for (int k = 0; k < j; ++k) t -= a[static_cast<size_t>(i) * d + k] * a[static_cast<size_t>(j) * d + k];
-      a[static_cast<size_t>(i) * d + j] = t / l;
+}  // namespace
+
+Status CholeskySolve(std::vector<double>& a, int n, std::vector<double>& b, int m) {
+  for (int j = 0; j < n; ++j) {
+    double d = a[static_cast<size_t>(j) * n + j];
+    for (int k = 0; k < j; ++k) d -= a[static_cast<size_t>(j) * n + k] * a[static_cast<size_t>(j) * n + k];
+    if (!(d > 0.0)) return Internal("dspark fit: the ridge system is not positive definite");
+    const double l = std::sqrt(d);
+    a[static_cast<size_t>(j) * n + j] = l;
+    for (int i = j + 1; i < n; ++i) {
+      double s = a[static_cast<size_t>(i) * n + j];
+      for (int k = 0; k < j; ++k) s -= a[static_cast<size_t>(i) * n + k] * a[static_cast<size_t>(j) * n + k];
+      a[static_cast<size_t>(i) * n + j] = s / l;
     }
   }
-  for (int i = 0; i < d; ++i) {
-    double t = g[static_cast<size_t>(i)];
-    for (int k = 0; k < i; ++k) t -= a[static_cast<size_t>(i) * d + k] * g[static_cast<size_t>(k)];
-    g[static_cast<size_t>(i)] = t / a[static_cast<size_t>(i) * d + i];
+  for (int c = 0; c < m; ++c) {  // L·y = b, then Lᵀ·x = y
+    for (int i = 0; i < n; ++i) {
+      double s = b[static_cast<size_t>(i) * m + c];
+      for (int k = 0; k < i; ++k) s -= a[static_cast<size_t>(i) * n + k] * b[static_cast<size_t>(k) * m + c];
+      b[static_cast<size_t>(i) * m + c] = s / a[static_cast<size_t>(i) * n + i];
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      double s = b[static_cast<size_t>(i) * m + c];
+      for (int k = i + 1; k < n; ++k) s -= a[static_cast<size_t>(k) * n + i] * b[static_cast<size_t>(k) * m + c];
+      b[static_cast<size_t>(i) * m + c] = s / a[static_cast<size_t>(i) * n + i];
+    }
   }
-  for (int i = d - 1; i >= 0; --i) {
-    double t = g[static_cast<size_t>(i)];
-    for (int k = i + 1; k < d; ++k) t -= a[static_cast<size_t>(k) * d + i] * g[static_cast<size_t>(k)];
-    g[static_cast<size_t>(i)] = t / a[static_cast<size_t>(i) * d + i];
-  }
-  return true;
+  return Status::Ok();
 }
-
-}  // namespace
 
 std::vector<double> FitLogistic(const LogisticProblem& p, int intercept, double init) {
   const int d = p.d;
@@ -71,7 +71,7 @@ std::vector<double> FitLogistic(const LogisticProblem& p, int intercept, double 
       g[static_cast<size_t>(j)] += p.l2[static_cast<size_t>(j)] * theta[static_cast<size_t>(j)];
       h[static_cast<size_t>(j) * d + j] += p.l2[static_cast<size_t>(j)] + 1e-9 * static_cast<double>(n + 1);
     }
-    if (!Solve(h, g, d)) break;
+    if (!CholeskySolve(h, d, g, 1).ok()) break;
     double step = 0;
     for (double v : g) step = std::max(step, std::abs(v));
     const double scale = step > 2.0 ? 2.0 / step : 1.0;

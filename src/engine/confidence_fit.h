@@ -6,9 +6,14 @@
 #include <span>
 #include <vector>
 
+#include "ladle/core/result.h"
 #include "ladle/engine/dspark_fit.h"
 
 namespace ladle::engine {
+
+// Cholesky solve of A·X = B in place (A n×n symmetric positive definite, B n×m, row-major,
+// double); kInternal when A is not positive definite. The drafter's ridge fits use it too.
+Status CholeskySolve(std::vector<double>& a, int n, std::vector<double>& b, int m);
 
 struct LogisticProblem {
   int d = 0;                      // columns per row; the caller adds a constant column for the intercept

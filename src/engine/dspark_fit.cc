@@ -156,35 +156,6 @@ std::vector<Position> Positions(const std::vector<Sequence>& seqs, int from, int
   return out;
 }
 
-// Cholesky solve of A·X = B in place (A n×n SPD, B n×m, row-major, double).
-Status CholeskySolve(std::vector<double>& a, int n, std::vector<double>& b, int m) {
-  for (int j = 0; j < n; ++j) {
-    double d = a[static_cast<size_t>(j) * n + j];
-    for (int k = 0; k < j; ++k) d -= a[static_cast<size_t>(j) * n + k] * a[static_cast<size_t>(j) * n + k];
-    if (!(d > 0.0)) return Internal("dspark fit: the ridge system is not positive definite");
-    const double l = std::sqrt(d);
-    a[static_cast<size_t>(j) * n + j] = l;
-    for (int i = j + 1; i < n; ++i) {
-      double s = a[static_cast<size_t>(i) * n + j];
-      for (int k = 0; k < j; ++k) s -= a[static_cast<size_t>(i) * n + k] * a[static_cast<size_t>(j) * n + k];
-      a[static_cast<size_t>(i) * n + j] = s / l;
-    }
-  }
-  for (int c = 0; c < m; ++c) {  // L·y = b, then Lᵀ·x = y
-    for (int i = 0; i < n; ++i) {
-      double s = b[static_cast<size_t>(i) * m + c];
-      for (int k = 0; k < i; ++k) s -= a[static_cast<size_t>(i) * n + k] * b[static_cast<size_t>(k) * m + c];
-      b[static_cast<size_t>(i) * m + c] = s / a[static_cast<size_t>(i) * n + i];
-    }
-    for (int i = n - 1; i >= 0; --i) {
-      double s = b[static_cast<size_t>(i) * m + c];
-      for (int k = i + 1; k < n; ++k) s -= a[static_cast<size_t>(k) * n + i] * b[static_cast<size_t>(k) * m + c];
-      b[static_cast<size_t>(i) * m + c] = s / a[static_cast<size_t>(i) * n + i];
-    }
-  }
-  return Status::Ok();
-}
-
 // Drafts every input, in parallel chunks; the drafter is batch-invariant, so chunking does
 // not change a bit. `features`/`hidden`: as DraftWithFeatures, when given.
 void DraftAll(const Drafter& d, const std::vector<DraftInput>& in, std::vector<DraftOutput>* out,
