@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <stdlib.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -26,6 +28,42 @@ std::string LogSafe(std::string_view s) {
   json::AppendEscaped(s, &out);
   return out;
 }
+
+namespace {
+
+// The stack's private directory is /tmp/ladle-serve-<pid>-XXXXXX. A process killed with -9
+// cannot remove its own, so each start removes those whose process is gone (kill(pid, 0) says
+// ESRCH; a live process of another user answers EPERM and is left alone, and so is any name
+// that does not parse).
+constexpr std::string_view kPrivateDirPrefix = "ladle-serve-";
+void SweepStalePrivateDirs(const std::string& root) {
+  std::error_code ec;
+  // increment(ec), not a range-for: its operator++ throws on a directory that changes under it.
+  for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::directory_entry& entry = *it;
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrivateDirPrefix, 0) != 0) continue;
+    const std::string rest = name.substr(kPrivateDirPrefix.size());
+    const size_t dash = rest.find('-');
+    if (dash == std::string::npos || dash == 0 || dash > 9) continue;
+    pid_t pid = 0;
+    bool digits = true;
+    for (size_t k = 0; k < dash; ++k) {
+      if (rest[k] < '0' || rest[k] > '9') {
+        digits = false;
+      } else {
+        pid = pid * 10 + (rest[k] - '0');
+      }
+    }
+    if (!digits || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    std::filesystem::remove_all(entry.path(), rm);
+    if (!rm) LADLE_LOG_INFO("serve.stale_dir_removed path={}", LogSafe(entry.path().string()));
+  }
+}
+
+}  // namespace
 
 // Applies the config file's keys to options the command line left unset.
 Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
@@ -293,8 +331,9 @@ Result<std::unique_ptr<EngineStack>> BuildEngineStack(const ServeOpts& o, const 
   // The stack's private directory (the fetcher's socket, files the ranks share), made once.
   auto private_dir = [&]() -> Status {
     if (!stack->fetcher_dir.empty()) return Status::Ok();
-    char tmpl[] = "/tmp/ladle-serve-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return IoError("cannot make a private directory");
+    SweepStalePrivateDirs("/tmp");
+    std::string tmpl = fmt::format("/tmp/{}{}-XXXXXX", kPrivateDirPrefix, ::getpid());
+    if (::mkdtemp(tmpl.data()) == nullptr) return IoError("cannot make a private directory");
     stack->fetcher_dir = tmpl;
     return Status::Ok();
   };

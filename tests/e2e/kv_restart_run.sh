@@ -63,9 +63,16 @@ for _ in $(seq 1 300); do
 done
 [[ "${w%.*}" -ge "$blocks" ]] || { echo "only $w of $blocks blocks reached the store" >&2; exit 1; }
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+killed=$pid
+# Its private directory (fetcher socket, cost model) is left behind by SIGKILL...
+compgen -G "/tmp/ladle-serve-$killed-*" > /dev/null || { echo "no private directory of server $killed" >&2; exit 1; }
 
 start "$work/b.log" --exact-replay
 ask "$port" "$work/b.json"
+# ... and removed by the next server's start, its process being gone.
+if compgen -G "/tmp/ladle-serve-$killed-*" > /dev/null; then
+  echo "the private directory of killed server $killed was not swept" >&2; exit 1
+fi
 hit=$(metric "$port" ladle_prefix_hit_tokens_store_total)
 kill -TERM "$pid"; wait "$pid" || { echo "server b did not exit 0 on SIGTERM" >&2; exit 1; }
 start "$work/c.log"
