@@ -582,7 +582,7 @@ void EngineImpl::LaunchSample(const std::shared_ptr<Batch>& b) {
             ++row;
             d.pos = e.start_pos + (e.decode ? 1 : static_cast<int64_t>(e.tokens.size()));
             d.emitted += 1;
-            if (!e.decode) d.swa_next = -1;  // decoding (re)starts here: spec copies count from d.pos
+            if (!e.decode) d.swa_copier.reset();  // decoding (re)starts here: spec copies count from d.pos
             if (e.handoff) CaptureHandoffSampler(e);
           }
           if (spec_) DraftAfterSample(b.get());

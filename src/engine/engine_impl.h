@@ -66,10 +66,10 @@ struct DevSeq {
   int64_t emitted = 0;
   std::vector<TokenId> drafts;
   std::vector<float> conf;
-  // The decode copy area under speculation (engine_spec.cc): the next block boundary whose
-  // window a spec decode captures. Spec decodes' positions are the device's, so the device
-  // plans their copies; -1 until the first spec decode after a prefill.
-  int64_t swa_next = -1;
+  // The decode copy area under speculation (engine_spec.cc, SpecSwaCopy): spec decodes'
+  // positions are the device's, so the device keeps their copier; empty until the first spec
+  // decode after a prefill.
+  std::optional<SwaDecodeCopier> swa_copier;
   // Whether to draft (engine_spec.cc, DraftAfterSample): the last first-draft confidence
   // (-1: none yet), steps not drafted since, and the refresh interval.
   double pi1 = -1;
@@ -345,8 +345,7 @@ class EngineImpl : public Engine {
   void PlanSpecCapacity(Batch* b);
   void PrepareSpecSteps(Batch* b);
   void SampleSpec(Batch* b, Entry& e, size_t* row);
-  void PlanSpecSwaCapture(Entry& e);
-  void CheckSpecSwaCapture(Entry& e, int accepted);
+  void SpecSwaCopy(Entry& e);
   void DraftAfterSample(Batch* b);
   void PostProcessSpec(Seq* s, Entry& e);
   bool spec_on() const { return spec_ != nullptr; }

@@ -139,8 +139,8 @@ bool EngineImpl::ScheduleDecode(const std::shared_ptr<Seq>& sp, Batch* b, std::v
   e.slot = s->slot;
   e.sample = true;
   e.spec = spec_on();
-  // A spec decode's position is the device's: the device plans its decode SWA copy
-  // (EngineImpl::PlanSpecSwaCapture).
+  // A spec decode's position is the device's: the device takes its decode SWA copy
+  // (EngineImpl::SpecSwaCopy).
   if (!e.spec) PlanSwaCapture(s, &e);
   b->entries.push_back(std::move(e));
   s->computed += span;

@@ -77,39 +77,29 @@ void EngineImpl::PrepareSpecSteps(Batch* b) {
     e.tokens.assign(1, d.last_token);
     e.tokens.insert(e.tokens.end(), d.drafts.begin(), d.drafts.begin() + L);
     e.hidden.assign(static_cast<size_t>(L + 1) * H, 0.0f);
-    PlanSpecSwaCapture(e);
     // The scheduler's blocks cover the longest outcome of every step in flight.
     LADLE_CHECK(static_cast<int64_t>(e.table.size()) * block_size_ >= d.pos + L + 1);
   }
 }
 
-// The decode copy area (kv_hit_policy.h) for a spec decode: when this span reaches the next
-// block boundary, the forward snapshots the window ending there. Whether the snapshot holds only
-// accepted tokens is known after sampling (CheckSpecSwaCapture).
-void EngineImpl::PlanSpecSwaCapture(Entry& e) {
+// The decode copy area (kv_hit_policy.h) for a spec decode, whose position only the device
+// knows: the copier says which block boundary the accepted tokens crossed, and the window
+// ending there is read from the ring after the step. A span lands at most γ past the boundary,
+// so the ring's spare slots still hold that window; the positions from d.pos on hold rejected
+// drafts, all above the boundary.
+void EngineImpl::SpecSwaCopy(Entry& e) {
   if (!swa_pool_ || kv_->swa_bytes() == 0) return;
   DevSeq& d = *e.dev;
-  if (d.swa_next < 0) d.swa_next = (d.pos / block_size_ + 1) * block_size_;
-  // d.pos never passes swa_next without a copy attempt: a step starts at d.pos ≤ swa_next and a
-  // step that does not reach it leaves d.pos below it.
-  LADLE_CHECK(d.swa_next >= e.start_pos);
-  if (d.swa_next > e.start_pos + static_cast<int64_t>(e.tokens.size())) return;
-  e.swa_capture = std::make_shared<SwaCapture>();
-  e.swa_capture->anchor = d.swa_next;
-}
-
-// The window ending at the anchor was computed from the span's inputs before it: last_token and
-// drafts 1..anchor − start − 1. It is the sequence's own window when every one of those drafts
-// was accepted; otherwise it holds a rejected draft and is dropped, and a later step (starting
-// at or before the anchor) takes it again.
-void EngineImpl::CheckSpecSwaCapture(Entry& e, int accepted) {
-  DevSeq& d = *e.dev;
-  if (d.swa_next < 0) return;
-  const bool reached = e.swa_capture && d.swa_next <= d.pos && d.swa_next <= e.start_pos + accepted + 1;
-  if (e.swa_capture && !reached) e.swa_capture->ok = false;
-  // Past the boundary (a snapshot taken, or one the model could not take: its ring no longer
-  // held the window), the next boundary after d.pos is the next copy.
-  if ((e.swa_capture && e.swa_capture->ok) || d.pos > d.swa_next) d.swa_next = (d.pos / block_size_ + 1) * block_size_;
+  if (!d.swa_copier) d.swa_copier.emplace(swa_, e.start_pos);  // decoding started at this step
+  Result<std::optional<SwaDecodeCopier::Copy>> c = d.swa_copier->OnStep(d.pos);
+  // A step emits at most γ + 1 ≤ the ring's spare slots, so OnStep cannot refuse it.
+  LADLE_CHECK(c.ok());
+  if (!c->has_value()) return;
+  auto cap = std::make_shared<SwaCapture>();
+  cap->anchor = (*c)->anchor;
+  cap->bytes.resize(kv_->swa_bytes());
+  cap->ok = kv_->ReadSwa(e.slot, cap->anchor, cap->bytes);
+  e.swa_capture = std::move(cap);
 }
 
 void EngineImpl::SampleSpec(Batch* b, Entry& e, size_t* row) {
@@ -135,7 +125,7 @@ void EngineImpl::SampleSpec(Batch* b, Entry& e, size_t* row) {
   }
   *row += static_cast<size_t>(L + 1);
   d.pos = e.start_pos + static_cast<int64_t>(e.results.size());
-  CheckSpecSwaCapture(e, accepted);
+  SpecSwaCopy(e);
   d.emitted += static_cast<int64_t>(e.results.size());
   stat_spec_drafts_ += static_cast<uint64_t>(L);
   stat_spec_accepted_ += static_cast<uint64_t>(accepted);
@@ -155,9 +145,10 @@ void EngineImpl::DraftAfterSample(Batch* b) {
   const size_t H = static_cast<size_t>(model_->config().hidden);
   struct Want {
     Entry* e;
+    std::span<const float> hidden;  // the row that produced last_token
     int positions;
   };
-  std::vector<Entry*> es;
+  std::vector<Want> es;
   for (Entry& e : b->entries) {
     if (!e.sample || (e.spec && e.results.empty())) continue;
     DevSeq& d = *e.dev;
@@ -167,18 +158,19 @@ void EngineImpl::DraftAfterSample(Batch* b) {
     if (d.emitted >= d.params.max_tokens) continue;  // no further step: nothing to draft for
     const size_t r = e.spec ? e.results.size() - 1 : 0;  // the row that produced last_token
     if (e.hidden.size() < (r + 1) * H) continue;
-    es.push_back(&e);
+    es.push_back({&e, std::span<const float>(e.hidden.data() + r * H, H), 0});
   }
   if (es.empty()) return;
   const int64_t requests = static_cast<int64_t>(es.size());
   const bool reads_pi = spec_->UsefulDrafts(requests, 0.0) == 0;
-  const int learn = std::min(1, spec_->UsefulDrafts(requests, 1.0));
+  const int certain = std::min(gamma_, spec_->UsefulDrafts(requests, 1.0));
+  const int learn = std::min(1, certain);
   std::vector<Want> wants;
-  for (Entry* e : es) {
-    DevSeq& d = *e->dev;
+  for (Want& w : es) {
+    DevSeq& d = *w.e->dev;
     int positions = 0;
     if (!reads_pi) {
-      positions = std::min(gamma_, spec_->UsefulDrafts(requests, 1.0));
+      positions = certain;
     } else if (d.pi1 < 0) {
       positions = learn;
     } else {
@@ -192,7 +184,7 @@ void EngineImpl::DraftAfterSample(Batch* b) {
         positions = learn;
       }
     }
-    if (positions > 0) wants.push_back({e, positions});
+    if (positions > 0) wants.push_back({w.e, w.hidden, positions});
   }
   if (wants.empty()) return;
   // One drafter pass per distinct depth (a prefix pass is bit for bit the full pass's prefix),
@@ -202,11 +194,7 @@ void EngineImpl::DraftAfterSample(Batch* b) {
     size_t hi = lo;
     while (hi < wants.size() && wants[hi].positions == wants[lo].positions) ++hi;
     std::vector<DraftInput> in;
-    for (size_t i = lo; i < hi; ++i) {
-      Entry& e = *wants[i].e;
-      const size_t r = e.spec ? e.results.size() - 1 : 0;
-      in.push_back({std::span<const float>(e.hidden.data() + r * H, H), e.dev->last_token});
-    }
+    for (size_t i = lo; i < hi; ++i) in.push_back({wants[i].hidden, wants[i].e->dev->last_token});
     std::vector<DraftOutput> out;
     const auto t0 = std::chrono::steady_clock::now();
     drafter_->DraftPrefix(in, wants[lo].positions, &out);

@@ -62,7 +62,7 @@ void EngineImpl::PlanSwaCapture(Seq* s, Entry* e) {
       e->swa_capture->anchor = s->swa_anchor;
       s->swa_prefill_cap = e->swa_capture;
     }
-    // Speculative decodes' copies are planned on the device (their positions are the device's).
+    // Speculative decodes' copies are taken on the device (their positions are the device's).
     if (e->sample && !spec_on()) s->swa_copier.emplace(swa_, end);  // decoding starts at the prompt's end
     return;
   }
