@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "ladle/core/logging.h"
+#include "ladle/core/numbers.h"
 #include "ladle/engine/cost_model.h"
 #include "ladle/json/json.h"
 #include "ladle/kvcache/fetcher_store.h"
@@ -43,19 +44,12 @@ void SweepStalePrivateDirs(const std::string& root) {
     const std::filesystem::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     if (name.rfind(kPrivateDirPrefix, 0) != 0) continue;
-    const std::string rest = name.substr(kPrivateDirPrefix.size());
+    const std::string_view rest = std::string_view(name).substr(kPrivateDirPrefix.size());
     const size_t dash = rest.find('-');
-    if (dash == std::string::npos || dash == 0 || dash > 9) continue;
-    pid_t pid = 0;
-    bool digits = true;
-    for (size_t k = 0; k < dash; ++k) {
-      if (rest[k] < '0' || rest[k] > '9') {
-        digits = false;
-      } else {
-        pid = pid * 10 + (rest[k] - '0');
-      }
-    }
-    if (!digits || pid <= 0 || pid == ::getpid()) continue;
+    const std::optional<uint64_t> parsed = ParseU64(rest.substr(0, dash));
+    if (dash == std::string_view::npos || !parsed || *parsed == 0 || *parsed > INT32_MAX) continue;
+    const pid_t pid = static_cast<pid_t>(*parsed);
+    if (pid == ::getpid()) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
     std::error_code rm;
     std::filesystem::remove_all(entry.path(), rm);
